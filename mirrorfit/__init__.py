@@ -1,0 +1,1 @@
+"""mirrorfit: tf.keras compile/fit/evaluate/predict with MirroredStrategy semantics on JAX."""
