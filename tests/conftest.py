@@ -3,7 +3,7 @@
 import os
 
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+      os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -13,14 +13,14 @@ import pytest  # noqa: E402
 
 
 def tree_allclose(a, b, *, rtol, atol=0.0):
-  """Asserts two pytrees have the same structure and allclose leaves."""
-  la, ta = jax.tree.flatten(a)
-  lb, tb = jax.tree.flatten(b)
-  assert ta == tb, f"tree structures differ: {ta} vs {tb}"
-  for x, y in zip(la, lb):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+    """Asserts two pytrees have the same structure and allclose leaves."""
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    assert ta == tb, f"tree structures differ: {ta} vs {tb}"
+    for x, y in zip(la, lb):
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
 @pytest.fixture
 def allclose():
-  return tree_allclose
+    return tree_allclose
