@@ -18,7 +18,7 @@ def tree_allclose(a, b, *, rtol, atol=0.0):
     lb, tb = jax.tree.flatten(b)
     assert ta == tb, f"tree structures differ: {ta} vs {tb}"
     for x, y in zip(la, lb):
-      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
 @pytest.fixture
