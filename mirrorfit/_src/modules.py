@@ -1,0 +1,202 @@
+"""Module adapters: one pure ``init``/``apply`` interface over ``flax.linen`` and ``flax.nnx``.
+
+The steps never see a Flax module, only a `ModuleAdapter`:
+
+* ``init(rng, x) -> (params, model_state)``
+* ``apply(params, model_state, x, *, train, rng) -> (y_pred, new_model_state)``
+
+``params`` is the trainable ``"params"`` collection; ``model_state`` holds every other
+collection (BatchNorm ``batch_stats``, nnx RNG counters, ...). This module also owns the
+training-mode convention: a module whose ``__call__`` takes ``train`` (Flax) or ``training``
+(Keras) gets ``True`` in fit and ``False`` in evaluate and predict.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+from flax import nnx
+
+_TRAIN_KWARGS = ("train", "training")
+_INFERENCE_KWARGS = ("deterministic", "use_running_average")
+
+
+def call_inputs(x: Any) -> tuple[Any, ...]:
+    """Positional arguments for a module call: a tuple/list of inputs is unpacked."""
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+@functools.cache
+def _call_params(cls: type) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(cls.__call__).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def _mode_kwargs(layer: Any, train: bool) -> dict[str, bool]:
+    """Keyword args that put ``layer`` in training or inference mode."""
+    names = _call_params(type(layer))
+    for name in _TRAIN_KWARGS:
+        if name in names:
+            return {name: train}
+    # Flax's Dropout/BatchNorm style: only when the attribute is left to the call site,
+    # since flax refuses a value given both as attribute and argument.
+    return {
+        name: not train
+        for name in _INFERENCE_KWARGS
+        if name in names and getattr(layer, name, None) is None
+    }
+
+
+class KerasSequential(nn.Sequential):
+    """``flax.linen.Sequential`` that tells every layer whether it is training.
+
+    Plain ``nn.Sequential`` forwards call arguments to its first layer only. Here each layer
+    gets its own mode argument (``train``/``training``, or ``deterministic`` and
+    ``use_running_average`` as Dropout and BatchNorm expect), as a Keras ``Sequential`` does.
+    """
+
+    def __call__(self, *args, train: bool = False):  # type: ignore[override]
+        outputs = args
+        for layer in self.layers:
+            kwargs = _mode_kwargs(layer, train) if isinstance(layer, nn.Module) else {}
+            outputs = layer(*outputs, **kwargs) if isinstance(outputs, tuple) else layer(
+                outputs, **kwargs
+            )
+        return outputs
+
+
+class ModuleAdapter:
+    """Pure ``init``/``apply`` over a Flax module; see the module docstring."""
+
+    def init(self, rng: jax.Array, x: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def apply(self, params: Any, model_state: Any, x: Any, *, train: bool, rng: jax.Array):
+        raise NotImplementedError
+
+    def tabulate(self, rng: jax.Array, x: Any) -> str:
+        raise NotImplementedError
+
+
+class LinenAdapter(ModuleAdapter):
+    """Adapter for ``flax.linen.Module``."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def _kwargs(self, train: bool) -> dict[str, bool]:
+        names = _call_params(type(self.module))
+        return {name: train for name in _TRAIN_KWARGS if name in names}
+
+    def init(self, rng, x):
+        params_rng, dropout_rng = jax.random.split(rng)
+        variables = self.module.init(
+            {"params": params_rng, "dropout": dropout_rng}, *call_inputs(x), **self._kwargs(False)
+        )
+        variables = dict(variables)
+        params = variables.pop("params", {})
+        return params, variables
+
+    def apply(self, params, model_state, x, *, train, rng):
+        variables = {"params": params, **model_state}
+        kwargs = self._kwargs(train)
+        rngs = {"dropout": rng}
+        if train and model_state:
+            y, mutated = self.module.apply(
+                variables, *call_inputs(x), rngs=rngs, mutable=list(model_state), **kwargs
+            )
+            return y, {**model_state, **mutated}
+        return self.module.apply(variables, *call_inputs(x), rngs=rngs, **kwargs), model_state
+
+    def tabulate(self, rng, x):
+        return self.module.tabulate(
+            {"params": rng, "dropout": rng},
+            *call_inputs(x),
+            **self._kwargs(False),
+            console_kwargs={"width": 120, "force_terminal": False},
+        )
+
+
+class NnxAdapter(ModuleAdapter):
+    """Adapter for ``flax.nnx.Module``: split into graph definition, params and other state.
+
+    Training and inference use two graph definitions (after ``module.train()`` and
+    ``module.eval()``). RNG streams are reseeded per step and per replica from the trainer's
+    key, and their stored state is left unchanged, so the state stays mirrored.
+    """
+
+    def __init__(self, module: nnx.Module):
+        self.module = module
+        module.train()
+        self._train_def, params, rest = nnx.split(module, nnx.Param, ...)
+        module.eval()
+        self._eval_def = nnx.graphdef(module)
+        self._initial = (nnx.to_pure_dict(params), rest)
+
+    def init(self, rng, x):
+        del rng, x  # nnx modules are created with their variables.
+        return self._initial
+
+    def _merge(self, params, model_state, train):
+        graphdef = self._train_def if train else self._eval_def
+        state = nnx.State(params)
+        return nnx.merge(graphdef, state, model_state)
+
+    def apply(self, params, model_state, x, *, train, rng):
+        module = self._merge(params, model_state, train)
+        streams = [s for _, s in nnx.iter_graph(module) if isinstance(s, nnx.RngStream)]
+        for i, stream in enumerate(streams):
+            stream.key.value = jax.random.wrap_key_data(jax.random.fold_in(rng, i))
+        y = module(*call_inputs(x))
+        # RNG state is restored: randomness comes from ``rng``, not from stored streams.
+        new_state = jax.tree.map(
+            lambda new, old: old if isinstance(new, nnx.RngState) else new,
+            nnx.split(module, nnx.Param, ...)[2],
+            model_state,
+            is_leaf=lambda v: isinstance(v, nnx.Variable),
+        )
+        return y, new_state
+
+    def tabulate(self, rng, x):
+        del rng
+        return nnx.tabulate(self.module, *call_inputs(x))
+
+
+def adapt(module: Any) -> ModuleAdapter:
+    """Returns the adapter for a linen or nnx module.
+
+    Raises:
+        TypeError: if ``module`` is neither a ``flax.linen.Module`` nor a ``flax.nnx.Module``.
+    """
+    if isinstance(module, nn.Module):
+        return LinenAdapter(module)
+    if isinstance(module, nnx.Module):
+        return NnxAdapter(module)
+    raise TypeError(
+        "module must be a flax.linen.Module or a flax.nnx.Module (for a list of layers use "
+        f"mf.Sequential). Received: module={module!r} of type {type(module).__name__}"
+    )
+
+
+def sequential(layers: Sequence[Callable[..., Any]]) -> KerasSequential:
+    """Builds the linen module behind ``mf.Sequential``.
+
+    Raises:
+        TypeError: if ``layers`` is not a non-empty list of callables.
+    """
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or not layers:
+        raise TypeError(
+            "layers must be a non-empty list of Flax modules or functions, e.g. "
+            f"[nn.Dense(128), nn.relu, nn.Dense(10)]. Received: layers={layers!r}"
+        )
+    bad = [layer for layer in layers if not callable(layer)]
+    if bad:
+        raise TypeError(f"every layer must be callable. Received: layers with {bad!r}")
+    return KerasSequential(list(layers))

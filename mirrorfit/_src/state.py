@@ -1,0 +1,49 @@
+"""The training state: one immutable pytree that the steps take, donate and return.
+
+Everything that changes during training lives here, so a step is a pure function
+``(state, metrics, batch) -> (state, metrics, logs)`` and a checkpoint is this one tree.
+Every field is mirrored (``P()``) on all replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class TrainState(NamedTuple):
+    """Params, non-param collections, optimizer state, step counter and RNG key."""
+
+    params: Any  # pytree of float arrays, the Flax "params" collection, shapes per layer
+    model_state: Any  # pytree: other collections (e.g. BatchNorm batch_stats), {} when none
+    opt_state: Any  # optax state for ``params``
+    step: jax.Array  # int32 [], number of optimizer updates applied so far
+    rng: jax.Array  # uint32 [2], base PRNG key; each step folds in step and replica id
+
+
+def create_state(params: Any, model_state: Any, opt_state: Any, seed: int) -> TrainState:
+    """Host-side state with step 0 and the base key ``jax.random.PRNGKey(seed)``."""
+    return TrainState(
+        params=params,
+        model_state=model_state,
+        opt_state=opt_state,
+        step=np.zeros((), np.int32),
+        rng=np.asarray(jax.random.PRNGKey(seed)),
+    )
+
+
+def step_rng(state: TrainState, replica_id: jax.Array) -> jax.Array:
+    """The per-step, per-replica key: ``fold_in(fold_in(rng, step), replica_id)``.
+
+    Deterministic in (seed, step, replica), so a run resumed at any step draws the same
+    dropout masks, and each replica draws its own.
+    """
+    return jax.random.fold_in(jax.random.fold_in(state.rng, state.step), replica_id)
+
+
+def zeros_like_tree(tree: Any) -> Any:
+    """Float32/any-dtype zeros with the shapes of ``tree`` (arrays or ShapeDtypeStructs)."""
+    return jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), tree)

@@ -1,0 +1,173 @@
+"""Per-replica steps: pure functions that the strategy maps over the mesh.
+
+Each step sees one replica's shard of the global batch and talks to the other replicas only
+through collectives over the ``"batch"`` axis:
+
+* ``train(state, acc, batch) -> (state, acc, logs)``: forward, loss, ``jax.grad``, an
+  all-reduce of the gradients, one optax update (identical on every replica);
+* ``evaluate(acc, state, batch) -> (acc, logs)``: forward in inference mode, statistics only;
+* ``predict(state, x) -> y_pred``: forward in inference mode, rows stay sharded.
+
+Padding rows carry ``mask == 0``. Losses and metrics are sums over real rows, ``lax.psum``'d
+across replicas and divided by the ``psum`` of real-row counts, so every result equals the
+single-device value over the real examples. ``acc`` holds the running sums (sufficient
+statistics) of the epoch; ``logs`` are the metric values computed from them on device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from mirrorfit._src.data import HostBatch
+from mirrorfit._src.modules import ModuleAdapter
+from mirrorfit._src.state import TrainState, step_rng
+from mirrorfit._src.strategy import BATCH_AXIS
+
+NOT_PROBABILITIES = "_not_probabilities"
+"""Accumulator key: count of examples whose outputs were not probabilities."""
+
+
+class StepConfig(NamedTuple):
+    """What a step needs besides its arguments; fixed at ``compile``."""
+
+    adapter: ModuleAdapter
+    loss: Callable[[Any, Any], jax.Array]  # (y_true, y_pred) -> per-example loss [batch]
+    metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects
+    optimizer: optax.GradientTransformation
+
+
+def _masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:
+    # where, not multiply: a non-finite value on a padding row must not leak into the sum.
+    return jnp.sum(jnp.where(weight != 0, values * weight, 0.0))
+
+
+def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: HostBatch) -> dict:
+    """Per-replica sums for the loss and every metric (not yet all-reduced)."""
+    stats = {"loss": {"total": _masked_sum(per_example_loss, batch.weight),
+                      "count": jnp.sum(batch.mask)}}
+    for metric in cfg.metrics:
+        stats[metric.name] = metric.update(y, y_pred, batch.weight)
+    check = getattr(cfg.loss, "not_probabilities", None)
+    flags = check(y_pred) if check is not None else None
+    if flags is not None:
+        stats[NOT_PROBABILITIES] = _masked_sum(flags.astype(jnp.float32), batch.mask)
+    return stats
+
+
+def results(cfg: StepConfig, acc: dict) -> dict[str, jax.Array]:
+    """Metric values from accumulated statistics: ``loss`` and each metric by name."""
+    loss = acc["loss"]
+    logs = {"loss": loss["total"] / jnp.maximum(loss["count"], 1.0)}
+    for metric in cfg.metrics:
+        logs[metric.name] = metric.result(acc[metric.name])
+    return logs
+
+
+def _add(acc, stats):
+    return jax.tree.map(jnp.add, acc, lax.psum(stats, BATCH_AXIS))
+
+
+def _mean_model_state(model_state):
+    """Averages float collections (e.g. batch_stats) across replicas so they stay mirrored."""
+    return jax.tree.map(
+        lambda v: lax.pmean(v, BATCH_AXIS) if jnp.issubdtype(v.dtype, jnp.inexact) else v,
+        model_state,
+    )
+
+
+def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
+    """The per-replica train step ``(state, acc, batch) -> (state, acc, logs)``.
+
+    The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r``: the
+    gradient of the global batch's mean loss, exactly as on one device with the whole batch.
+    With ``skip_empty``, a batch with no real rows (filler at the end of a
+    ``steps_per_execution`` group) leaves the state unchanged.
+    """
+
+    def step(state: TrainState, acc: dict, batch: HostBatch):
+        count = lax.psum(jnp.sum(batch.mask), BATCH_AXIS)
+        rng = step_rng(state, lax.axis_index(BATCH_AXIS))
+
+        def objective(params):
+            y_pred, model_state = cfg.adapter.apply(
+                params, state.model_state, batch.x, train=True, rng=rng
+            )
+            per_example = cfg.loss(batch.y, y_pred)
+            local = _masked_sum(per_example, batch.weight) / jnp.maximum(count, 1.0)
+            return local, (y_pred, per_example, model_state)
+
+        grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
+            state.params
+        )
+        grads = lax.psum(grads, BATCH_AXIS)  # all-reduce: sum of per-replica shares
+        updates, opt_state = cfg.optimizer.update(grads, state.opt_state, state.params)
+        new_state = TrainState(
+            params=optax.apply_updates(state.params, updates),
+            model_state=_mean_model_state(model_state),
+            opt_state=opt_state,
+            step=state.step + 1,
+            rng=state.rng,
+        )
+        if skip_empty:
+            new_state = jax.tree.map(lambda n, o: jnp.where(count > 0, n, o), new_state, state)
+        acc = _add(acc, _statistics(cfg, batch.y, y_pred, per_example, batch))
+        return new_state, acc, results(cfg, acc)
+
+    return step
+
+
+def make_multi_train_step(cfg: StepConfig) -> Callable:
+    """``K`` train steps in one device call: ``lax.scan`` over ``[K, batch, ...]`` inputs."""
+    single = make_train_step(cfg, skip_empty=True)
+
+    def step(state: TrainState, acc: dict, batches: HostBatch):
+        def body(carry, batch):
+            state, acc, _ = single(*carry, batch)
+            return (state, acc, None), None
+
+        (state, acc, _), _ = lax.scan(body, (state, acc, None), batches)
+        return state, acc, results(cfg, acc)
+
+    return step
+
+
+def make_eval_step(cfg: StepConfig) -> Callable:
+    """The per-replica evaluation step ``(acc, state, batch) -> (acc, logs)``."""
+
+    def step(acc: dict, state: TrainState, batch: HostBatch):
+        y_pred, _ = cfg.adapter.apply(
+            state.params, state.model_state, batch.x, train=False, rng=state.rng
+        )
+        acc = _add(acc, _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch))
+        return acc, results(cfg, acc)
+
+    return step
+
+
+def make_predict_step(adapter: ModuleAdapter) -> Callable:
+    """The per-replica prediction step ``(state, x) -> y_pred`` (rows stay sharded)."""
+
+    def step(state: TrainState, x):
+        y_pred, _ = adapter.apply(state.params, state.model_state, x, train=False, rng=state.rng)
+        return y_pred
+
+    return step
+
+
+def init_statistics(cfg: StepConfig, state: TrainState, batch: HostBatch) -> dict:
+    """Zero accumulators with the structure `_statistics` produces for ``batch``."""
+
+    def local(state, batch):
+        y_pred, _ = cfg.adapter.apply(
+            state.params, state.model_state, batch.x, train=False, rng=state.rng
+        )
+        return _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch)
+
+    shapes = jax.eval_shape(local, state, batch)
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)

@@ -1,0 +1,222 @@
+"""The distribution strategy: devices, the 1-D ``"batch"`` mesh, placement and per-replica calls.
+
+`MirroredStrategy` owns everything that knows about devices:
+
+* the mesh (one replica per device, axis ``"batch"``);
+* placement: `replicate` (``P()``, mirrored on every device) and `shard_batch`
+  (``P("batch")``, each replica holds ``global_batch / num_replicas_in_sync`` rows);
+* compiled per-replica functions: `compile_replica_fn` maps a per-replica
+  function over the mesh with ``jax.shard_map`` inside ``jax.jit``.
+
+The scope stack (`scope`, `get_strategy`) lives here too, because "created inside
+``strategy.scope()``" is what decides where a model's variables are mirrored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+BATCH_AXIS = "batch"
+"""Name of the mesh axis that replicas (and the global batch) are laid out along."""
+
+_scope_stack = threading.local()
+
+
+class MirroredStrategy:
+    """Synchronous data parallelism: one replica per device, variables mirrored on all of them.
+
+    The counterpart of ``tf.distribute.MirroredStrategy``. Params and optimizer state are
+    replicated (``NamedSharding(mesh, P())``); every global batch is split along its leading
+    dimension into ``num_replicas_in_sync`` equal per-replica shards
+    (``NamedSharding(mesh, P("batch"))``); gradients are all-reduced across replicas before a
+    single optimizer update, so every replica stays identical.
+
+    Args:
+        devices: the ``jax.Device`` s to mirror over, one replica each. ``None`` means every
+            local device of the default backend (the CPU when there is no accelerator).
+
+    Raises:
+        TypeError: if ``devices`` is not a sequence of ``jax.Device``.
+        ValueError: if ``devices`` is empty, has duplicates, mixes platforms, or names a
+            device that this process cannot address.
+
+    Example:
+        >>> strategy = MirroredStrategy()
+        >>> with strategy.scope():
+        ...     model = mf.Sequential([nn.Dense(10)], input_shape=(784,))
+        >>> batch_size = 32 * strategy.num_replicas_in_sync  # the global batch
+    """
+
+    def __init__(self, devices: Sequence[jax.Device] | None = None):
+        self._devices = _validate_devices(devices)
+        self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
+        self._replicated = NamedSharding(self._mesh, P())
+        self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
+
+    def __repr__(self) -> str:
+        return (
+            f"MirroredStrategy(num_replicas_in_sync={self.num_replicas_in_sync}, "
+            f"platform={self._devices[0].platform!r})"
+        )
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Number of replicas (devices) that take part in every all-reduce."""
+        return len(self._devices)
+
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        """The devices, one per replica, in mesh order."""
+        return self._devices
+
+    @property
+    def mesh(self) -> Mesh:
+        """The 1-D ``jax.sharding.Mesh`` over `devices`, with axis name ``"batch"``."""
+        return self._mesh
+
+    @property
+    def replicated_sharding(self) -> NamedSharding:
+        """``NamedSharding(mesh, P())``: a full copy on every replica."""
+        return self._replicated
+
+    @property
+    def batch_sharding(self) -> NamedSharding:
+        """``NamedSharding(mesh, P("batch"))``: leading dimension split across replicas."""
+        return self._batch_sharded
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[MirroredStrategy]:
+        """Makes this the current strategy: models created inside are mirrored on its devices."""
+        stack = _stack()
+        stack.append(self)
+        try:
+            yield self
+        finally:
+            stack.pop()
+
+    def replicate(self, tree: Any) -> Any:
+        """Places a pytree of arrays mirrored on every replica (``P()``); idempotent."""
+        return jax.device_put(tree, self._replicated)
+
+    def shard_batch(self, tree: Any, *, leading_axes: int = 0) -> Any:
+        """Places a pytree of host arrays as global arrays split over replicas.
+
+        Args:
+            tree: pytree of NumPy arrays. Axis ``leading_axes`` of every leaf is the global
+                batch dimension and must divide by `num_replicas_in_sync`.
+            leading_axes: number of unsplit axes before the batch axis (1 for a stack of
+                ``K`` global batches ``[K, global_batch, ...]``).
+
+        Returns:
+            The same pytree of ``jax.Array`` s, each replica holding
+            ``global_batch / num_replicas_in_sync`` rows.
+        """
+        sharding = self._batch_sharded
+        if leading_axes:
+            sharding = NamedSharding(self._mesh, P(*([None] * leading_axes), BATCH_AXIS))
+        return jax.tree.map(
+            lambda leaf: jax.make_array_from_process_local_data(sharding, leaf), tree
+        )
+
+    def compile_replica_fn(
+        self,
+        fn: Callable[..., Any],
+        in_specs: Any,
+        out_specs: Any,
+        *,
+        donate_argnums: int | tuple[int, ...] = (),
+    ) -> Callable[..., Any]:
+        """Maps a per-replica function over the mesh: ``jax.jit(jax.shard_map(fn, ...))``.
+
+        Inside ``fn``, arrays whose spec is ``P("batch")`` arrive as this replica's shard,
+        arrays with spec ``P()`` arrive whole, and collectives (``lax.psum``, ``lax.pmean``,
+        ``lax.axis_index``) use the axis name ``"batch"``.
+
+        Args:
+            fn: the per-replica function.
+            in_specs: a pytree prefix of ``PartitionSpec`` s for ``fn``'s positional args.
+            out_specs: a pytree prefix of ``PartitionSpec`` s for ``fn``'s outputs.
+            donate_argnums: positional args whose buffers the call may reuse.
+
+        Returns:
+            The compiled callable. It is compiled on first call and again only when argument
+            shapes or dtypes change.
+        """
+        mapped = jax.shard_map(
+            fn, mesh=self._mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
+        )
+        return jax.jit(mapped, donate_argnums=donate_argnums)
+
+
+def get_strategy() -> MirroredStrategy:
+    """Returns the innermost active strategy, or a default single-device strategy."""
+    stack = _stack()
+    return stack[-1] if stack else _default_strategy()
+
+
+def in_scope() -> bool:
+    """Whether any ``strategy.scope()`` is active in this thread."""
+    return bool(_stack())
+
+
+def _stack() -> list[MirroredStrategy]:
+    if not hasattr(_scope_stack, "strategies"):
+        _scope_stack.strategies = []
+    return _scope_stack.strategies
+
+
+@functools.cache
+def _default_strategy() -> MirroredStrategy:
+    return MirroredStrategy(jax.local_devices()[:1])
+
+
+def _validate_devices(devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+    if devices is None:
+        return tuple(jax.local_devices())
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence):
+        raise TypeError(
+            "devices must be a list of jax.Device (e.g. jax.local_devices()[:2]) or None for "
+            f"all local devices. Received: devices={devices!r}"
+        )
+    devices = tuple(devices)
+    if not devices:
+        raise ValueError(
+            "devices must name at least one device; pass None to use every local device. "
+            "Received: devices=[]"
+        )
+    bad = [d for d in devices if not isinstance(d, jax.Device)]
+    if bad:
+        raise TypeError(
+            "devices must contain jax.Device objects, as returned by jax.devices(). "
+            f"Received: devices={list(devices)!r} (not devices: {bad!r})"
+        )
+    duplicates = sorted({str(d) for d in devices if devices.count(d) > 1})
+    if duplicates:
+        raise ValueError(
+            "devices must not repeat a device: each device holds exactly one replica. "
+            f"Received: devices={list(devices)!r} (repeated: {duplicates})"
+        )
+    platforms = sorted({d.platform for d in devices})
+    if len(platforms) > 1:
+        raise ValueError(
+            "devices must all be on one platform; a mirrored all-reduce cannot span "
+            f"{' and '.join(platforms)}. Received: devices={list(devices)!r}"
+        )
+    local = set(jax.local_devices(backend=platforms[0]))
+    missing = [d for d in devices if d not in local]
+    if missing:
+        raise ValueError(
+            "devices must be addressable by this process; available devices are "
+            f"{jax.local_devices(backend=platforms[0])}. Received: devices={list(devices)!r} "
+            f"(not available: {missing})"
+        )
+    return devices

@@ -1,0 +1,165 @@
+"""The trainer: fit/evaluate/predict loops, callbacks and progress, over compiled steps.
+
+It owns the host side of training. Each loop moves the next batch to the devices while the
+current step runs, and keeps **at most two steps in flight**: after dispatching step ``k`` it
+waits for step ``k - 1``. On the CPU backend with several devices, XLA's in-process
+all-reduce deadlocks when many collective executions are queued ("Termination timeout for
+all reduce"); the bound avoids that and still keeps dispatch asynchronous.
+
+Metric statistics accumulate on the devices; the host reads them only when they are shown
+(a progress-bar refresh, an epoch end). After every step the model's state is the newest
+one, so an exception leaves the model at its last good state.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from mirrorfit._src import steps as steps_lib
+from mirrorfit._src.callbacks import CallbackList, History, LazyLogs, ProgbarLogger, fetch_logs
+from mirrorfit._src.data import HostBatch, place_batches
+from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
+from mirrorfit._src.strategy import BATCH_AXIS, MirroredStrategy
+
+class Trainer:
+    """Compiled steps plus the loops that drive them for one compiled configuration.
+
+    Args:
+        strategy: the strategy whose mesh the steps run on.
+        config: the steps' module adapter, loss, metrics and optimizer.
+        steps_per_execution: train steps fused into one device call (``lax.scan``).
+    """
+
+    def __init__(self, strategy: MirroredStrategy, config: steps_lib.StepConfig,
+                 steps_per_execution: int = 1):
+        self.strategy = strategy
+        self.config = config
+        self.steps_per_execution = steps_per_execution
+        self._zeros: Any = None
+        self._warned_not_probabilities = False
+        rep, batch = P(), P(BATCH_AXIS)
+        if steps_per_execution > 1:
+            train_step, train_batch = steps_lib.make_multi_train_step(config), P(None, BATCH_AXIS)
+        else:
+            train_step, train_batch = steps_lib.make_train_step(config), batch
+        self.train_fn = strategy.compile_replica_fn(
+            train_step, (rep, rep, train_batch), (rep, rep, rep), donate_argnums=(0, 1))
+        self.eval_fn = strategy.compile_replica_fn(
+            steps_lib.make_eval_step(config), (rep, rep, batch), (rep, rep), donate_argnums=0)
+
+    # -- accumulators ---------------------------------------------------------------------
+
+    def _fresh_statistics(self, state, batch: HostBatch):
+        if self._zeros is None:
+            sample = batch
+            if self.steps_per_execution > 1 and batch.mask.ndim == 2:
+                sample = jax.tree.map(lambda a: a[0], batch)
+            self._zeros = jax.device_get(steps_lib.init_statistics(self.config, state, sample))
+        return self.strategy.replicate(self._zeros)
+
+    def _epoch_logs(self, acc, logs) -> dict[str, float]:
+        values = fetch_logs(logs)
+        if not self._warned_not_probabilities and steps_lib.NOT_PROBABILITIES in acc:
+            if float(acc[steps_lib.NOT_PROBABILITIES]) > 0:
+                self._warned_not_probabilities = True
+                name = getattr(self.config.loss, "name", type(self.config.loss).__name__)
+                warnings.warn(NOT_PROBABILITIES_WARNING.format(name=name), UserWarning,
+                              stacklevel=4)
+        return values
+
+    # -- loops ----------------------------------------------------------------------------
+
+    def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
+            validation=None, validation_freq: int = 1) -> History:
+        history = History()
+        extra = [cb for cb in (callbacks or []) if isinstance(cb, ProgbarLogger)]
+        cbs = ([history] + list(callbacks or [])
+               + ([] if extra or verbose == 0 else [ProgbarLogger(verbose)]))
+        params = {"epochs": epochs, "steps": train.steps, "verbose": verbose}
+        callback_list = CallbackList(cbs, model=model, params=params)
+        model.stop_training = False
+        model.history = history
+        callback_list.on_train_begin()
+        logs: dict[str, float] = {}
+        for epoch in range(initial_epoch, epochs):
+            callback_list.on_epoch_begin(epoch)
+            logs = self._train_epoch(model, train, epoch, callback_list)
+            if validation is not None and (epoch + 1 - initial_epoch) % validation_freq == 0:
+                val_logs = self.evaluate(model, validation, callback_list)
+                logs.update({f"val_{k}": v for k, v in val_logs.items()})
+            callback_list.on_epoch_end(epoch, logs)
+            if model.stop_training:
+                break
+        callback_list.on_train_end(logs)
+        return history
+
+    def _train_epoch(self, model, data, epoch, callbacks) -> dict[str, float]:
+        group = self.steps_per_execution
+        batches = place_batches(data.batches(epoch, group=group), self.strategy, group=group)
+        batch = next(batches)
+        acc = self._fresh_statistics(model._state, batch)
+        previous = None
+        step = 0
+        while batch is not None:
+            callbacks.on_train_batch_begin(step)
+            state, acc, logs = self.train_fn(model._state, acc, batch)
+            model._state = state
+            batch = next(batches, None)  # the next transfer overlaps this step
+            if previous is not None:
+                previous["loss"].block_until_ready()  # at most two steps in flight
+            previous = logs
+            step += group
+            callbacks.on_train_batch_end(min(step, data.steps) - 1, LazyLogs(logs))
+            if model.stop_training:
+                break
+        return self._epoch_logs(acc, logs)
+
+    def evaluate(self, model, data, callbacks) -> dict[str, float]:
+        callbacks.on_test_begin()
+        batches = place_batches(data.batches(0), self.strategy)
+        batch = next(batches)
+        acc = self._fresh_statistics(model._state, batch)
+        previous = None
+        step = 0
+        while batch is not None:
+            callbacks.on_test_batch_begin(step)
+            acc, logs = self.eval_fn(acc, model._state, batch)
+            batch = next(batches, None)
+            if previous is not None:
+                previous["loss"].block_until_ready()
+            previous = logs
+            callbacks.on_test_batch_end(step, LazyLogs(logs))
+            step += 1
+        values = self._epoch_logs(acc, logs)
+        callbacks.on_test_end(values)
+        return values
+
+
+def predict(strategy: MirroredStrategy, predict_fn, state, data, callbacks) -> Any:
+    """Runs ``predict_fn`` over every batch; returns NumPy outputs for the real rows, in order.
+
+    Outputs of step ``k - 1`` are copied to the host after step ``k`` is dispatched, which
+    is also the bound on steps in flight.
+    """
+    callbacks.on_predict_begin()
+    outputs, pending = [], None
+    for step, host in enumerate(data.batches(0)):
+        callbacks.on_predict_batch_begin(step)
+        y_pred = predict_fn(state, strategy.shard_batch(host.x))
+        if pending is not None:
+            outputs.append(_to_host(*pending))
+            callbacks.on_predict_batch_end(step - 1)
+        pending = (y_pred, int(host.mask.sum()))
+    outputs.append(_to_host(*pending))
+    callbacks.on_predict_batch_end(step)
+    callbacks.on_predict_end()
+    return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
+
+
+def _to_host(y_pred, num_real: int):
+    return jax.tree.map(lambda a: np.asarray(a)[:num_real], y_pred)
