@@ -1,0 +1,195 @@
+"""Keras-named optimizers built from optax, with Keras 3 defaults and update rules.
+
+This module owns the optimizers that ``Model.compile(optimizer=...)`` accepts and
+the ``get`` lookup from Keras names. Each optimizer is an
+``optax.GradientTransformation`` wrapped in ``optax.inject_hyperparams``, so its
+learning rate lives in the optimizer state,
+``opt_state.hyperparams["learning_rate"]`` (a float32 scalar), where a
+learning-rate callback can read and replace it between steps without
+recompiling the train step.
+
+Keras' Adam uses "epsilon hat": ``lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``,
+which equals optax's bias-corrected ``m_hat / (sqrt(v_hat) + eps_t)`` with
+``eps_t = eps / sqrt(1 - b2^t)``. Adam and AdamW therefore pass that ``eps_t`` as
+a schedule of the step count; ``opt_state.hyperparams["eps"]`` shows the value of
+the last step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def _keras_adam_eps(epsilon: float, beta_2: float) -> Callable[[jax.Array], jax.Array]:
+    """Schedule ``count -> epsilon / sqrt(1 - beta_2^(count + 1))`` (Keras' epsilon hat)."""
+
+    def eps(count: jax.Array) -> jax.Array:
+        step = jnp.asarray(count, jnp.float32) + 1.0
+        return epsilon / jnp.sqrt(1.0 - jnp.float32(beta_2) ** step)
+
+    return eps
+
+
+def Adam(  # noqa: N802 - named as tf.keras.optimizers.Adam.
+    learning_rate: float = 1e-3,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-7,
+) -> optax.GradientTransformation:
+    """Adam with Keras 3 defaults and update rule.
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        beta_1: decay of the first-moment estimate.
+        beta_2: decay of the second-moment estimate.
+        epsilon: Keras' "epsilon hat" (added to ``sqrt(v)`` before bias correction).
+
+    Returns:
+        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+
+    Example:
+        >>> opt = Adam(learning_rate=1e-4)
+        >>> state = opt.init({"w": jnp.zeros(3)})
+        >>> float(state.hyperparams["learning_rate"])
+        9.999999747378752e-05
+    """
+    return optax.inject_hyperparams(optax.adam)(
+        learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=_keras_adam_eps(epsilon, beta_2)
+    )
+
+
+def AdamW(  # noqa: N802 - named as tf.keras.optimizers.AdamW.
+    learning_rate: float = 1e-3,
+    weight_decay: float = 0.004,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-7,
+) -> optax.GradientTransformation:
+    """AdamW with Keras 3 defaults and update rule.
+
+    Keras decays every variable by ``lr * weight_decay * w`` before the Adam step,
+    as ``optax.adamw`` does (all parameters, no mask).
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        weight_decay: decoupled weight decay, scaled by the learning rate.
+        beta_1: decay of the first-moment estimate.
+        beta_2: decay of the second-moment estimate.
+        epsilon: Keras' "epsilon hat" (added to ``sqrt(v)`` before bias correction).
+
+    Returns:
+        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+    """
+    return optax.inject_hyperparams(optax.adamw)(
+        learning_rate=learning_rate,
+        b1=beta_1,
+        b2=beta_2,
+        eps=_keras_adam_eps(epsilon, beta_2),
+        weight_decay=weight_decay,
+    )
+
+
+def SGD(  # noqa: N802 - named as tf.keras.optimizers.SGD.
+    learning_rate: float = 0.01,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+) -> optax.GradientTransformation:
+    """Stochastic gradient descent with Keras 3 defaults.
+
+    With a constant learning rate, optax's momentum trace equals Keras'
+    ``m = momentum * m - lr * g`` (and its Nesterov variant).
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        momentum: momentum in ``[0, 1)``; 0 is plain SGD.
+        nesterov: whether to use Nesterov momentum.
+
+    Returns:
+        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+    """
+    return optax.inject_hyperparams(optax.sgd)(
+        learning_rate=learning_rate, momentum=momentum or None, nesterov=nesterov
+    )
+
+
+def RMSprop(  # noqa: N802 - named as tf.keras.optimizers.RMSprop.
+    learning_rate: float = 1e-3,
+    rho: float = 0.9,
+    momentum: float = 0.0,
+    epsilon: float = 1e-7,
+    centered: bool = False,
+) -> optax.GradientTransformation:
+    """RMSprop with Keras 3 defaults and update rule.
+
+    Keras 3 adds ``epsilon`` inside the square root,
+    ``w -= lr * g / sqrt(v + epsilon)``, which is optax's ``eps_in_sqrt=True``.
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        rho: decay of the mean of squared gradients.
+        momentum: momentum applied to the scaled update; 0 disables it.
+        epsilon: added to the (centered) mean square before the square root.
+        centered: whether to normalize by the estimated variance of the gradient.
+
+    Returns:
+        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+    """
+    return optax.inject_hyperparams(optax.rmsprop)(
+        learning_rate=learning_rate,
+        decay=rho,
+        eps=epsilon,
+        eps_in_sqrt=True,
+        centered=centered,
+        momentum=momentum or None,
+    )
+
+
+_BY_NAME: dict[str, Callable[[], optax.GradientTransformation]] = {
+    "adam": Adam,
+    "adamw": AdamW,
+    "sgd": SGD,
+    "rmsprop": RMSprop,
+}
+
+
+def get(identifier: str | optax.GradientTransformation) -> optax.GradientTransformation:
+    """Returns the optimizer for ``Model.compile(optimizer=...)``.
+
+    Args:
+        identifier: an ``optax.GradientTransformation`` (returned as is) or a Keras
+            optimizer name, case-insensitive: ``"adam"``, ``"adamw"``, ``"sgd"``,
+            ``"rmsprop"`` (built with Keras 3 defaults).
+
+    Returns:
+        An ``optax.GradientTransformation``. Named optimizers keep their learning
+        rate in ``opt_state.hyperparams["learning_rate"]``.
+
+    Raises:
+        ValueError: for an unknown name.
+        TypeError: for anything that is neither a string nor a GradientTransformation.
+
+    Example:
+        >>> opt = get("sgd")
+        >>> float(opt.init(jnp.zeros(2)).hyperparams["learning_rate"])
+        0.009999999776482582
+    """
+    if isinstance(identifier, optax.GradientTransformation):
+        return identifier
+    if isinstance(identifier, str):
+        make = _BY_NAME.get(identifier.lower())
+        if make is None:
+            raise ValueError(
+                f"Unknown optimizer name. Expected one of {sorted(_BY_NAME)} or an "
+                "optax.GradientTransformation (e.g. mf.optimizers.Adam(learning_rate=1e-4)). "
+                f"Received: optimizer={identifier!r}"
+            )
+        return make()
+    raise TypeError(
+        "optimizer must be an optimizer name (e.g. 'adam') or an "
+        f"optax.GradientTransformation. Received: optimizer={identifier!r} "
+        f"of type {type(identifier).__name__}"
+    )
