@@ -1,0 +1,166 @@
+"""One benchmark measurement, run by ``run.py`` in a fresh subprocess.
+
+The process simulates ``--devices`` CPU devices (``XLA_FLAGS`` is set before JAX is imported),
+builds one case's runner, then:
+
+1. warms up on a short slice that ends in a partial batch, which covers compilation; the XLA
+   compilations of this first call are counted and timed via ``jax.monitoring``;
+2. for the reference case only (``--epochs 0``), calibrates how many rows and epochs make one
+   repeat last about ``--target-seconds``; the other cases reuse those numbers so that every case
+   in a group does the same work;
+3. times ``--repeats`` repeats, each ending with a block on the device work.
+
+It writes a JSON result (throughput of every repeat, compile counts, host peak RSS, live device
+memory) to ``--result``; on an exception it writes ``{"status": "crashed: ..."}`` instead.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the repo's mirrorfit, uninstalled
+
+GROUP_STEPS = 32  # timed slices are whole multiples of this many global batches
+TRAIN_CASES = ("handwritten", "handwritten_fused", "mirrorfit_fit", "mirrorfit_fit_spe",
+               "keras3", "tf_keras")
+INFERENCE_CASES = ("handwritten_evaluate", "handwritten_predict", "mirrorfit_evaluate",
+                   "mirrorfit_predict")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--case", required=True, choices=TRAIN_CASES + INFERENCE_CASES)
+    p.add_argument("--model", default="mlp", choices=("mlp", "cnn"))
+    p.add_argument("--devices", type=int, default=1, help="simulated CPU devices (replicas)")
+    p.add_argument("--batch", type=int, default=256, help="global batch size")
+    p.add_argument("--n", type=int, default=60_000, help="examples in the data set")
+    p.add_argument("--spe", type=int, default=GROUP_STEPS, help="steps per call for fused cases")
+    p.add_argument("--rows", type=int, default=0, help="rows per timed repeat (0: calibrate)")
+    p.add_argument("--epochs", type=int, default=0, help="epochs/passes per repeat (0: calibrate)")
+    p.add_argument("--target-seconds", type=float, default=2.5, help="calibrated repeat length")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup-steps", type=int, default=8, help="full batches in the warm-up slice")
+    p.add_argument("--result", required=True, help="path of the JSON result")
+    return p.parse_args(argv)
+
+
+class CompileCounter:
+    """Counts XLA backend compilations per phase from ``jax.monitoring`` duration events."""
+
+    def __init__(self):
+        import jax
+
+        self.phase = "setup"
+        self.phases: dict = {}
+        jax.monitoring.register_event_duration_secs_listener(self._on_event)
+
+    def _on_event(self, event: str, duration: float, **kwargs) -> None:
+        if event != "/jax/core/compile/backend_compile_duration":
+            return
+        stats = self.phases.setdefault(self.phase, {"count": 0, "seconds": 0.0, "by_function": {}})
+        stats["count"] += 1
+        stats["seconds"] += duration
+        name = str(kwargs.get("fun_name", "?"))
+        stats["by_function"][name] = stats["by_function"].get(name, 0) + 1
+
+    def stats(self, phase: str) -> dict:
+        return self.phases.get(phase, {"count": 0, "seconds": 0.0, "by_function": {}})
+
+
+def make_runner(args: argparse.Namespace, workload):
+    """Returns the runner of ``args.case`` (see ``handwritten`` and ``frameworks``)."""
+    import handwritten
+    from frameworks import KerasRunner, MirrorfitRunner
+
+    case, d, b = args.case, args.devices, args.batch
+    if case.startswith("handwritten"):
+        mesh = handwritten.make_mesh(d)
+        if case == "handwritten_evaluate":
+            return handwritten.Evaluator(workload, mesh, b)
+        if case == "handwritten_predict":
+            return handwritten.Predictor(workload, mesh, b)
+        k = args.spe if case == "handwritten_fused" else 1
+        return handwritten.Trainer(workload, mesh, b, steps_per_call=k)
+    if case.startswith("mirrorfit"):
+        mode = case.split("_")[1]
+        k = args.spe if case == "mirrorfit_fit_spe" else 1
+        return MirrorfitRunner(workload, d, b, mode, steps_per_execution=k)
+    return KerasRunner(workload, d, b, case)
+
+
+def calibrate(runner, x, y, args: argparse.Namespace, train: bool) -> tuple[int, int]:
+    """Times one short run and returns ``(rows, epochs)`` for repeats of about the target length."""
+    unit = GROUP_STEPS * args.batch if train else len(x)
+    rows = min(len(x) // unit, 2) * unit if train else len(x)
+    start = time.perf_counter()
+    runner.run(x[:rows], y[:rows], 1)
+    target_rows = args.target_seconds * rows / (time.perf_counter() - start)
+    if not train:
+        return rows, max(1, round(target_rows / rows))
+    rows = min(len(x) // unit, max(1, round(target_rows / unit))) * unit
+    return rows, max(1, round(target_rows / rows))
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import jax
+    import numpy as np
+
+    from workloads import get_workload, make_data
+
+    counter = CompileCounter()
+    workload = get_workload(args.model)
+    x, y = make_data(workload.input_shape, args.n)
+    train = args.case in TRAIN_CASES
+    runner = make_runner(args, workload)
+
+    counter.phase = "first_call"
+    warm = min(len(x), args.warmup_steps * args.batch + args.batch // 2)
+    if train and args.case.endswith(("fused", "spe")):
+        warm = min(len(x), args.spe * args.batch + args.batch // 2)
+    runner.run(x[:warm], y[:warm], 1)
+    counter.phase = "calibration"
+    rows, epochs = args.rows, args.epochs
+    if not (rows and epochs):
+        rows, epochs = calibrate(runner, x, y, args, train)
+    counter.phase = "timed"
+    rates = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        examples = runner.run(x[:rows], y[:rows], epochs)
+        rates.append(examples / (time.perf_counter() - start))
+    device_bytes = sum(s.data.nbytes for a in jax.live_arrays() for s in a.addressable_shards)
+    return {
+        "status": "ok",
+        "rows": rows,
+        "epochs": epochs,
+        "examples_per_s": {"median": float(np.median(rates)), "min": min(rates),
+                           "max": max(rates), "all": rates},
+        "compiles": {"first_call": counter.stats("first_call"), "timed": counter.stats("timed"),
+                     "first_call_rows": warm},
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "live_device_mb": device_bytes / 2**20,
+    }
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={args.devices}").strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        result = measure(args)
+    except Exception as e:  # reported as the case's status; the parent keeps going
+        traceback.print_exc()
+        result = {"status": f"crashed: {type(e).__name__}: {e}".splitlines()[0][:300]}
+    with open(args.result, "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
