@@ -84,14 +84,14 @@ def _mean_model_state(model_state):
 def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
     """The per-replica train step ``(state, acc, batch) -> (state, acc, logs)``.
 
-    The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r``: the
-    gradient of the global batch's mean loss, exactly as on one device with the whole batch.
-    With ``skip_empty``, a batch with no real rows (filler at the end of a
+    The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r`` (rows
+    ``i``, real-row counts ``n_r``): the gradient of the global batch's mean loss, exactly as
+    on one device with the whole batch. Gradients, counts and metric statistics travel in
+    one all-reduce. With ``skip_empty``, a batch with no real rows (filler at the end of a
     ``steps_per_execution`` group) leaves the state unchanged.
     """
 
     def step(state: TrainState, acc: dict, batch: HostBatch):
-        count = lax.psum(jnp.sum(batch.mask), BATCH_AXIS)
         rng = step_rng(state, lax.axis_index(BATCH_AXIS))
 
         def objective(params):
@@ -99,13 +99,15 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
                 params, state.model_state, batch.x, train=True, rng=rng
             )
             per_example = cfg.loss(batch.y, y_pred)
-            local = _masked_sum(per_example, batch.weight) / jnp.maximum(count, 1.0)
-            return local, (y_pred, per_example, model_state)
+            return _masked_sum(per_example, batch.weight), (y_pred, per_example, model_state)
 
-        grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
+        local_grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
             state.params
         )
-        grads = lax.psum(grads, BATCH_AXIS)  # all-reduce: sum of per-replica shares
+        stats = _statistics(cfg, batch.y, y_pred, per_example, batch)
+        grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
+        count = stats["loss"]["count"]
+        grads = jax.tree.map(lambda g: g / jnp.maximum(count, 1.0), grad_sum)
         updates, opt_state = cfg.optimizer.update(grads, state.opt_state, state.params)
         new_state = TrainState(
             params=optax.apply_updates(state.params, updates),
@@ -116,7 +118,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         )
         if skip_empty:
             new_state = jax.tree.map(lambda n, o: jnp.where(count > 0, n, o), new_state, state)
-        acc = _add(acc, _statistics(cfg, batch.y, y_pred, per_example, batch))
+        acc = jax.tree.map(jnp.add, acc, stats)
         return new_state, acc, results(cfg, acc)
 
     return step
