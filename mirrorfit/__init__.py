@@ -11,20 +11,36 @@ from mirrorfit import metrics as metrics
 from mirrorfit import optimizers as optimizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
+from mirrorfit._src.input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
 from mirrorfit._src.model import Sequential as Sequential
 from mirrorfit._src.strategy import MirroredStrategy as MirroredStrategy
+from mirrorfit._src.replica_context import ReplicaContext as ReplicaContext
+from mirrorfit._src.replica_context import compute_average_loss as compute_average_loss
+from mirrorfit._src.replica_context import get_replica_context as get_replica_context
+from mirrorfit._src.replica_context import scale_regularization_loss as scale_regularization_loss
 from mirrorfit._src.strategy import get_strategy as get_strategy
+from mirrorfit._src.values import PerReplica as PerReplica
+from mirrorfit._src.values import ReduceOp as ReduceOp
+from mirrorfit._src.values import batch_mask as batch_mask
 
 __version__ = "0.1.0"
 
 __all__ = [
     "History",
+    "InputContext",
     "MirroredStrategy",
     "Model",
+    "PerReplica",
+    "ReduceOp",
+    "ReplicaContext",
     "Sequential",
+    "batch_mask",
     "callbacks",
+    "compute_average_loss",
+    "get_replica_context",
     "get_strategy",
+    "scale_regularization_loss",
     "losses",
     "metrics",
     "optimizers",

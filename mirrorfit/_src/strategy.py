@@ -61,6 +61,7 @@ class MirroredStrategy:
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
         self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
+        self._run_cache: dict[Any, Callable[..., Any]] = {}  # compiled fns of `run`
 
     def __repr__(self) -> str:
         return (
@@ -104,8 +105,107 @@ class MirroredStrategy:
             stack.pop()
 
     def replicate(self, tree: Any) -> Any:
-        """Places a pytree of arrays mirrored on every replica (``P()``); idempotent."""
+        """Places a pytree of arrays mirrored on every replica; idempotent.
+
+        The functional counterpart of "variables created in ``scope()`` are mirrored".
+
+        Args:
+            tree: pytree of NumPy or JAX arrays (or numbers), any shapes.
+
+        Returns:
+            The same pytree of ``jax.Array`` s with sharding ``NamedSharding(mesh, P())``.
+
+        Raises:
+            TypeError: if a leaf is not an array or a number.
+        """
+        bad = [type(leaf).__name__ for leaf in jax.tree.leaves(tree)
+               if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool))]
+        if bad:
+            raise TypeError("replicate needs a pytree of arrays or numbers. Received: tree with "
+                            f"leaves of type {sorted(set(bad))}")
         return jax.device_put(tree, self._replicated)
+
+    # -- custom training loops (tf.distribute API); implemented in run.py and input.py ------
+
+    def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
+        """Runs ``fn`` once per replica, as ``tf.distribute.Strategy.run``.
+
+        Distributed batches and `PerReplica` values arrive as the replica's own shard
+        (``[global_batch / num_replicas_in_sync, ...]``); replicated arrays, NumPy arrays and
+        Python constants arrive whole. Inside ``fn``, `mirrorfit.get_replica_context` gives
+        the collectives. Compiled once per (fn, argument structure, shapes, constants).
+
+        Returns:
+            ``fn``'s output structure with every leaf a `PerReplica` (a global array
+            ``[num_replicas_in_sync, ...]`` sharded over the mesh). Outputs whose second axis
+            is the per-replica batch of a padded batch carry its mask.
+
+        Raises:
+            TypeError: if ``fn`` is not callable or ``args`` is not a tuple.
+        """
+        from mirrorfit._src import run as run_lib
+
+        return run_lib.run(self, fn, args, kwargs)
+
+    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
+        """Combines per-replica values, as ``tf.distribute.Strategy.reduce``.
+
+        Args:
+            reduce_op: ``mf.ReduceOp.SUM``/``MEAN`` or its name.
+            value: a pytree of `PerReplica` (a non-distributed value counts as mirrored).
+            axis: ``None`` reduces across replicas only; an int also reduces that axis of
+                each replica's value. With ``axis=0`` over a padded batch, padding rows are
+                dropped and MEAN divides by the number of real rows.
+
+        Returns:
+            Replicated ``jax.Array`` (s).
+
+        Raises:
+            ValueError: for an unknown op, an axis outside the value's rank, or SUM of a
+                non-distributed value.
+        """
+        from mirrorfit._src import run as run_lib
+
+        return run_lib.reduce(self, reduce_op, value, axis)
+
+    def gather(self, value: Any, axis: int = 0) -> Any:
+        """Concatenates per-replica values along ``axis``, dropping padding rows (axis 0)."""
+        from mirrorfit._src import run as run_lib
+
+        return run_lib.gather(self, value, axis)
+
+    def experimental_local_results(self, value: Any) -> tuple:
+        """This process's per-replica components of ``value``, in replica order."""
+        from mirrorfit._src import run as run_lib
+
+        return run_lib.local_results(self, value)
+
+    def experimental_distribute_dataset(self, dataset: Any) -> Any:
+        """Distributes an iterable of global batches over the replicas.
+
+        Args:
+            dataset: any iterable of global batches (pytrees of arrays ``[global_batch, ...]``).
+
+        Returns:
+            An iterable of pytrees of global ``jax.Array`` s sharded ``P("batch")``, each
+            replica holding ``global_batch / num_replicas_in_sync`` rows. A batch that does not
+            divide is padded; `mirrorfit.batch_mask` returns which rows are real. The next
+            batch is transferred while the current one is used.
+        """
+        from mirrorfit._src import input as input_lib
+
+        return input_lib.experimental_distribute_dataset(self, dataset)
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable[..., Any]) -> Any:
+        """Builds one input pipeline per process with ``dataset_fn(mf.InputContext)``.
+
+        ``dataset_fn`` returns an iterable of per-replica batches; each step takes one per
+        local replica, as in TF. Returns the same kind of iterable as
+        `experimental_distribute_dataset`.
+        """
+        from mirrorfit._src import input as input_lib
+
+        return input_lib.distribute_datasets_from_function(self, dataset_fn)
 
     def shard_batch(self, tree: Any, *, leading_axes: int = 0) -> Any:
         """Places a pytree of host arrays as global arrays split over replicas.

@@ -1,0 +1,139 @@
+"""Distributed input for custom loops: ``experimental_distribute_dataset`` and
+``distribute_datasets_from_function``, with `InputContext`.
+
+A distributed batch is the user's pytree with every leaf a global ``jax.Array`` sharded
+``P("batch")``. A global batch that does not divide by the replica count is padded (by
+repeating real rows) and its padding recorded as a mask (`mirrorfit.batch_mask`); replicas
+never get ragged or empty shards. The next batch is placed on the devices before the
+current one is handed out, so its transfer overlaps the caller's step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+from mirrorfit._src.data import padded_size
+from mirrorfit._src.strategy import MirroredStrategy
+from mirrorfit._src.values import register_mask
+
+
+class InputContext:
+    """What an input pipeline needs to know (``tf.distribute.InputContext``).
+
+    Attributes:
+        num_input_pipelines: input pipelines in the job (one per process).
+        input_pipeline_id: this pipeline's index in ``[0, num_input_pipelines)``.
+        num_replicas_in_sync: replicas over all processes.
+    """
+
+    def __init__(self, num_input_pipelines: int = 1, input_pipeline_id: int = 0,
+                 num_replicas_in_sync: int = 1):
+        self.num_input_pipelines = num_input_pipelines
+        self.input_pipeline_id = input_pipeline_id
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def get_per_replica_batch_size(self, global_batch_size: int) -> int:
+        """``global_batch_size // num_replicas_in_sync``.
+
+        Raises:
+            ValueError: if ``global_batch_size`` does not divide by ``num_replicas_in_sync``.
+        """
+        if global_batch_size % self.num_replicas_in_sync:
+            raise ValueError(
+                f"global_batch_size must divide by num_replicas_in_sync="
+                f"{self.num_replicas_in_sync} to give every replica the same batch; use a "
+                f"multiple of it. Received: global_batch_size={global_batch_size}")
+        return global_batch_size // self.num_replicas_in_sync
+
+    def __repr__(self) -> str:
+        return (f"InputContext(num_input_pipelines={self.num_input_pipelines}, "
+                f"input_pipeline_id={self.input_pipeline_id}, "
+                f"num_replicas_in_sync={self.num_replicas_in_sync})")
+
+
+def _to_numpy(batch: Any) -> Any:
+    return jax.tree.map(np.asarray, batch)
+
+
+def distribute_batch(strategy: MirroredStrategy, batch: Any) -> Any:
+    """Pads a host global batch to a multiple of the replica count and shards it.
+
+    Raises:
+        ValueError: if the leaves have different leading sizes, or the batch is empty.
+    """
+    batch = _to_numpy(batch)
+    leaves = jax.tree.leaves(batch)
+    sizes = sorted({leaf.shape[0] if leaf.ndim else -1 for leaf in leaves})
+    if not leaves or len(sizes) != 1 or sizes[0] <= 0:
+        raise ValueError("Every leaf of a batch must have the same, non-zero leading (batch) "
+                         f"size. Received: a batch with leading sizes {sizes}")
+    rows = sizes[0]
+    padded = padded_size(rows, strategy.num_replicas_in_sync)
+    if padded != rows:
+        idx = np.resize(np.arange(rows), padded)
+        batch = jax.tree.map(lambda a: np.take(a, idx, axis=0), batch)
+    global_batch = strategy.shard_batch(batch)
+    register_mask(global_batch, strategy.shard_batch(np.arange(padded) < rows))
+    return global_batch
+
+
+class DistributedDataset:
+    """Iterable of distributed batches over an iterable of global batches.
+
+    Each pass over it iterates ``dataset`` again, one batch placed ahead.
+    """
+
+    def __init__(self, strategy: MirroredStrategy, batches: Callable[[], Iterator[Any]]):
+        self._strategy = strategy
+        self._batches = batches
+
+    def __iter__(self) -> Iterator[Any]:
+        upcoming = None
+        for batch in self._batches():
+            current, upcoming = upcoming, distribute_batch(self._strategy, batch)
+            if current is not None:
+                yield current
+        if upcoming is not None:
+            yield upcoming
+
+
+def experimental_distribute_dataset(strategy: MirroredStrategy, dataset: Iterable
+                                    ) -> DistributedDataset:
+    """See `MirroredStrategy.experimental_distribute_dataset`."""
+    try:
+        iter(dataset)
+    except TypeError:
+        raise TypeError("dataset must be an iterable of global batches (a list, a generator, a "
+                        f"tf.data.Dataset, ...). Received: dataset={dataset!r}") from None
+    return DistributedDataset(strategy, lambda: iter(dataset))
+
+
+def input_context(strategy: MirroredStrategy) -> InputContext:
+    """This process's `InputContext` (one input pipeline per process)."""
+    return InputContext(jax.process_count(), jax.process_index(), strategy.num_replicas_in_sync)
+
+
+def distribute_datasets_from_function(strategy: MirroredStrategy,
+                                      dataset_fn: Callable[[InputContext], Iterable]
+                                      ) -> DistributedDataset:
+    """See `MirroredStrategy.distribute_datasets_from_function`."""
+    if not callable(dataset_fn):
+        raise TypeError("dataset_fn must be a callable taking an mf.InputContext and returning "
+                        f"an iterable of per-replica batches. Received: dataset_fn={dataset_fn!r}")
+    context = input_context(strategy)
+    local_replicas = strategy.num_replicas_in_sync // context.num_input_pipelines
+
+    def batches():
+        # As in TF: the pipeline yields per-replica batches; each step takes one per replica.
+        iterator = iter(dataset_fn(context))
+        while True:
+            parts = [part for _, part in zip(range(local_replicas), iterator)]
+            if not parts:
+                return
+            yield jax.tree.map(lambda *leaves: np.concatenate(leaves), *map(_to_numpy, parts))
+
+    return DistributedDataset(strategy, batches)

@@ -1,0 +1,130 @@
+"""The replica context: what a per-replica function sees of the other replicas.
+
+Inside ``strategy.run``, `get_replica_context` returns a context whose collectives are
+``lax.psum`` / ``lax.pmean`` / ``lax.all_gather`` over the mesh axis ``"batch"``. Outside it
+returns the default context of a single replica. The loss helpers follow ``tf.nn``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from mirrorfit._src.strategy import BATCH_AXIS
+from mirrorfit._src.values import ReduceOp
+
+_current = threading.local()
+
+
+class ReplicaContext:
+    """The context of one replica inside ``strategy.run`` (``tf.distribute.ReplicaContext``).
+
+    Attributes:
+        num_replicas_in_sync: replicas taking part in every collective.
+        mask: ``None``, or bool ``[per_replica_batch]``: real (not padding) rows of this
+            replica's shard of the distributed batch passed to ``run``.
+    """
+
+    def __init__(self, num_replicas_in_sync: int = 1, mask: jax.Array | None = None,
+                 in_run: bool = False):
+        self.num_replicas_in_sync = num_replicas_in_sync
+        self.mask = mask
+        self._in_run = in_run
+
+    @property
+    def replica_id_in_sync_group(self) -> jax.Array | int:
+        """This replica's index in ``[0, num_replicas_in_sync)`` (a traced int in ``run``)."""
+        return lax.axis_index(BATCH_AXIS) if self._in_run else 0
+
+    def all_reduce(self, reduce_op: Any, value: Any) -> Any:
+        """Sums or averages a pytree of arrays across replicas (``lax.psum``/``lax.pmean``).
+
+        Raises:
+            ValueError: for an unknown ``reduce_op``.
+            TypeError: if ``value`` has leaves that are not arrays or numbers.
+        """
+        op = ReduceOp.resolve(reduce_op)
+        _check_arrays(value, "all_reduce")
+        if not self._in_run:
+            return value
+        collective = lax.psum if op is ReduceOp.SUM else lax.pmean
+        return collective(value, BATCH_AXIS)
+
+    def all_gather(self, value: Any, axis: int = 0) -> Any:
+        """Concatenates every replica's ``value`` along ``axis`` (``lax.all_gather``, tiled)."""
+        _check_arrays(value, "all_gather")
+        if not self._in_run:
+            return value
+        return jax.tree.map(lambda v: lax.all_gather(v, BATCH_AXIS, axis=axis, tiled=True), value)
+
+
+def _check_arrays(value: Any, name: str) -> None:
+    leaves = jax.tree.leaves(value)
+    bad = [type(v).__name__ for v in leaves if not isinstance(v, (jax.Array, float, int))
+           and not hasattr(v, "dtype")]
+    if not leaves or bad:
+        raise TypeError(f"{name} needs a pytree of arrays with the same structure on every "
+                        f"replica. Received: value with leaves of type {bad or 'none'}")
+
+
+def get_replica_context() -> ReplicaContext:
+    """The current replica context: the one of ``strategy.run``, else a single replica."""
+    return getattr(_current, "context", None) or ReplicaContext()
+
+
+@contextlib.contextmanager
+def replica_context(context: ReplicaContext):
+    """Makes ``context`` current while a per-replica function is traced."""
+    previous = getattr(_current, "context", None)
+    _current.context = context
+    try:
+        yield context
+    finally:
+        _current.context = previous
+
+
+def compute_average_loss(per_example_loss: jax.Array, sample_weight: jax.Array | None = None,
+                         global_batch_size: int | None = None) -> jax.Array:
+    """Per-replica share of the global mean loss, as ``tf.nn.compute_average_loss``.
+
+    Returns ``sum(per_example_loss * sample_weight) / global_batch_size``; summed over
+    replicas (``all_reduce(SUM, grads)``) the gradients equal the single-device gradients of
+    the global batch. Padding rows of a distributed batch are excluded, and when
+    ``global_batch_size`` is ``None`` it is the number of real rows over all replicas
+    (``per_replica_batch * num_replicas_in_sync`` when there is no padding).
+
+    Args:
+        per_example_loss: ``[per_replica_batch]`` (or ``[per_replica_batch, ...]``, summed
+            over the extra axes after weighting).
+        sample_weight: ``[per_replica_batch]`` or broadcastable, or ``None``.
+        global_batch_size: the divisor; ``None`` for the real global batch size.
+
+    Raises:
+        ValueError: if ``per_example_loss`` is a scalar.
+    """
+    loss = jnp.asarray(per_example_loss)
+    if loss.ndim == 0:
+        raise ValueError("per_example_loss must have a leading per-replica batch dimension. "
+                         f"Received: per_example_loss with shape {loss.shape}")
+    if sample_weight is not None:
+        loss = loss * jnp.asarray(sample_weight, loss.dtype)
+    context = get_replica_context()
+    mask = context.mask
+    if mask is not None and mask.shape[0] == loss.shape[0]:
+        loss = jnp.where(mask.reshape(mask.shape + (1,) * (loss.ndim - 1)), loss, 0.0)
+        real = jnp.sum(mask.astype(loss.dtype))
+    else:
+        real = jnp.asarray(loss.shape[0], loss.dtype)
+    if global_batch_size is None:
+        global_batch_size = context.all_reduce(ReduceOp.SUM, real)
+    return jnp.sum(loss) / global_batch_size
+
+
+def scale_regularization_loss(regularization_loss: jax.Array) -> jax.Array:
+    """``regularization_loss / num_replicas_in_sync``, as ``tf.nn.scale_regularization_loss``."""
+    return regularization_loss / get_replica_context().num_replicas_in_sync

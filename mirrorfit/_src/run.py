@@ -1,0 +1,173 @@
+"""``strategy.run`` and the cross-replica operations on its results (reduce, gather, local results).
+
+`run` classifies each argument leaf once per call:
+
+* `PerReplica` -> spec ``P("batch")`` on its replica axis; the replica gets its own row;
+* a ``jax.Array`` split along ``"batch"`` on this mesh (a distributed batch) -> its shard;
+* anything else array-like (replicated or host arrays, NumPy) -> ``P()``, whole;
+* Python scalars, strings and ``None`` -> compile-time constants.
+
+The mapped function is compiled once per (function, argument structure, shapes and
+constants) through `MirroredStrategy.compile_replica_fn`, the same path ``fit`` uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from mirrorfit._src.replica_context import ReplicaContext, replica_context
+from mirrorfit._src.strategy import BATCH_AXIS, MirroredStrategy
+from mirrorfit._src.values import PerReplica, ReduceOp, batch_mask
+
+_STATIC = (bool, int, float, complex, str, type(None))
+
+
+def _is_distributed(leaf: Any, strategy: MirroredStrategy) -> bool:
+    sharding = getattr(leaf, "sharding", None)
+    return (isinstance(sharding, NamedSharding) and sharding.mesh == strategy.mesh
+            and len(sharding.spec) > 0 and sharding.spec[0] == BATCH_AXIS)
+
+
+def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict | None = None
+        ) -> Any:
+    """See `MirroredStrategy.run`."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable run once per replica. Received: fn={fn!r}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of arguments. Received: args={args!r}")
+    kwargs = dict(kwargs or {})
+    leaves, treedef = jax.tree.flatten((tuple(args), kwargs), is_leaf=_is_per_replica)
+    mask = next((m for leaf in leaves if (m := batch_mask(leaf)) is not None), None)
+    kinds, dynamic, key = [], [], []
+    for leaf in leaves:
+        if isinstance(leaf, _STATIC):
+            kinds.append(("static", leaf))
+            key.append(("static", type(leaf), leaf))
+            continue
+        if isinstance(leaf, PerReplica):
+            kind, value = "per_replica", leaf.values
+        elif _is_distributed(leaf, strategy):
+            kind, value = "distributed", leaf
+        else:
+            kind, value = "replicated", leaf
+            if not isinstance(value, jax.Array) or value.sharding != strategy.replicated_sharding:
+                value = strategy.replicate(np.asarray(value) if not isinstance(value, jax.Array)
+                                           else value)
+        kinds.append((kind, None))
+        dynamic.append(value)
+        key.append((kind, value.shape, value.dtype))
+    if mask is not None:
+        dynamic.append(mask)
+    cache_key = (fn, treedef, tuple(key), mask is not None)
+    compiled = strategy._run_cache.get(cache_key)
+    if compiled is None:
+        compiled = _compile(strategy, fn, treedef, kinds, mask is not None)
+        strategy._run_cache[cache_key] = compiled
+    outputs = compiled(*dynamic)
+    per_replica_mask = None if mask is None else mask.reshape(strategy.num_replicas_in_sync, -1)
+    return jax.tree.map(
+        lambda v: PerReplica(v, per_replica_mask if v.ndim > 1 and per_replica_mask is not None
+                             and v.shape[1] == per_replica_mask.shape[1] else None), outputs)
+
+
+def _is_per_replica(v):
+    return isinstance(v, PerReplica)
+
+
+def _compile(strategy, fn, treedef, kinds, has_mask):
+    specs = [P(BATCH_AXIS) if kind in ("per_replica", "distributed") else P()
+             for kind, _ in kinds if kind != "static"]
+    if has_mask:
+        specs.append(P(BATCH_AXIS))
+
+    def per_replica(*dynamic):
+        dynamic = list(dynamic)
+        mask = dynamic.pop() if has_mask else None
+        values = iter(dynamic)
+        leaves = []
+        for kind, constant in kinds:
+            if kind == "static":
+                leaves.append(constant)
+            else:
+                value = next(values)
+                leaves.append(value[0] if kind == "per_replica" else value)
+        args, kwargs = jax.tree.unflatten(treedef, leaves)
+        context = ReplicaContext(strategy.num_replicas_in_sync, mask, in_run=True)
+        with replica_context(context):
+            out = fn(*args, **kwargs)
+        return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out)
+
+    return strategy.compile_replica_fn(per_replica, tuple(specs), P(BATCH_AXIS))
+
+
+def _concat_rows(value: PerReplica, axis: int) -> tuple[jax.Array, jax.Array | None]:
+    """Per-replica values concatenated along ``axis`` (of one replica's value), and the mask
+    of the concatenated rows when ``axis == 0`` and the value is masked."""
+    values = value.values
+    if not -values.ndim + 1 <= axis < values.ndim - 1:
+        raise ValueError(f"axis must be within the rank {values.ndim - 1} of the per-replica "
+                         f"value. Received: axis={axis}")
+    axis %= values.ndim - 1
+    joined = jnp.concatenate(list(values), axis=axis)
+    mask = value.mask.reshape(-1) if value.mask is not None and axis == 0 else None
+    return joined, mask
+
+
+def reduce(strategy: MirroredStrategy, reduce_op: Any, value: Any, axis: int | None = None
+           ) -> Any:
+    """See `MirroredStrategy.reduce`."""
+    op = ReduceOp.resolve(reduce_op)
+    if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+        raise TypeError(f"axis must be None or an int. Received: axis={axis!r}")
+
+    def one(v):
+        if not isinstance(v, PerReplica):
+            if op is ReduceOp.SUM and strategy.num_replicas_in_sync > 1:
+                raise ValueError("A value that is not PerReplica is the same on every replica "
+                                 "and cannot be reduced with SUM; use MEAN, or pass the result "
+                                 f"of strategy.run. Received: value of type {type(v).__name__}")
+            return v if axis is None else _reduce_array(jnp.asarray(v), op, axis, None)
+        if axis is None:
+            return jnp.sum(v.values, 0) if op is ReduceOp.SUM else jnp.mean(v.values, 0)
+        joined, mask = _concat_rows(v, axis)
+        return _reduce_array(joined, op, axis % (v.values.ndim - 1), mask)
+
+    return jax.tree.map(one, value, is_leaf=_is_per_replica)
+
+
+def _reduce_array(x, op, axis, mask):
+    if mask is None:
+        return jnp.sum(x, axis) if op is ReduceOp.SUM else jnp.mean(x, axis)
+    weights = mask.astype(x.dtype).reshape(mask.shape + (1,) * (x.ndim - 1))
+    total = jnp.sum(jnp.where(weights > 0, x, 0), axis)
+    return total if op is ReduceOp.SUM else total / jnp.sum(weights)
+
+
+def gather(strategy: MirroredStrategy, value: Any, axis: int = 0) -> Any:
+    """See `MirroredStrategy.gather`."""
+
+    def one(v):
+        if not isinstance(v, PerReplica):
+            return jnp.concatenate([jnp.asarray(v)] * strategy.num_replicas_in_sync, axis)
+        joined, mask = _concat_rows(v, axis)
+        if mask is None:
+            return joined
+        return joined[np.flatnonzero(np.asarray(mask))]
+
+    return jax.tree.map(one, value, is_leaf=_is_per_replica)
+
+
+def local_results(strategy: MirroredStrategy, value: Any) -> tuple:
+    """See `MirroredStrategy.experimental_local_results`."""
+    if not isinstance(value, PerReplica):
+        return (value,)
+    order = {d: i for i, d in enumerate(strategy.devices)}
+    shards = sorted(value.values.addressable_shards, key=lambda s: order[s.device])
+    return tuple(shard.data[0] for shard in shards)
