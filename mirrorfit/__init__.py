@@ -14,6 +14,7 @@ from mirrorfit._src.callbacks import History as History
 from mirrorfit._src.input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
 from mirrorfit._src.model import Sequential as Sequential
+from mirrorfit._src.model import load_model as load_model
 from mirrorfit._src.strategy import MirroredStrategy as MirroredStrategy
 from mirrorfit._src.replica_context import ReplicaContext as ReplicaContext
 from mirrorfit._src.replica_context import compute_average_loss as compute_average_loss
@@ -40,6 +41,7 @@ __all__ = [
     "compute_average_loss",
     "get_replica_context",
     "get_strategy",
+    "load_model",
     "scale_regularization_loss",
     "losses",
     "metrics",

@@ -7,6 +7,7 @@ to the `Trainer`. It holds no training logic of its own.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from mirrorfit._src import checkpoint as checkpoint_lib
 from mirrorfit._src import data as data_lib
 from mirrorfit._src import losses as losses_lib
 from mirrorfit._src import metrics as metrics_lib
@@ -192,6 +194,8 @@ class Model:
         config = steps_lib.StepConfig(self._adapter, loss_fn, tuple(metric_objs), tx)
         trainer = Trainer(self._strategy, config, int(steps_per_execution))
         self._trainer = trainer
+        self._compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
+                              "steps_per_execution": int(steps_per_execution)}
         if self._state is not None:
             self._state = self._state._replace(opt_state=self._init_opt_state(self._state.params))
 
@@ -392,6 +396,38 @@ class Model:
         params, model_state = self._strategy.replicate(jax.tree.unflatten(treedef, new))
         self._state = self._state._replace(params=params, model_state=model_state)
 
+    # -- saving ---------------------------------------------------------------------------
+
+    def save_weights(self, path: str | os.PathLike) -> None:
+        """Saves params and non-param collections to directory ``path`` with orbax.
+
+        Writes a new version and then deletes the previous one, so a crash mid-save leaves
+        the previous weights loadable. No pickle is involved.
+        """
+        checkpoint_lib.save_weights(self, path)
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Loads weights saved by `save_weights` or `save`, mirrored on this model's devices.
+
+        The checkpoint may come from any number of devices. An unbuilt model is built with
+        the saved input shape first.
+
+        Raises:
+            ValueError: if the saved tree or shapes differ from the model's, listing the first
+                mismatching paths with expected and received shapes; nothing is loaded.
+            mirrorfit._src.checkpoint.CheckpointError: (a ``ValueError``) naming the
+                checkpoint if it is missing, truncated or corrupted.
+        """
+        checkpoint_lib.load_weights(self, path)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Saves the whole model to directory ``path``: weights, optimizer state, step, RNG.
+
+        Compile arguments given as names (``"adam"``, ``"mse"``, ``["accuracy"]``) are stored
+        too; objects are not (that would need pickle) and are passed again to `load_model`.
+        """
+        checkpoint_lib.save_model(self, path)
+
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """Prints the layer table from Flax's own ``tabulate``."""
         if self._state is None:
@@ -413,6 +449,50 @@ def Sequential(layers: Sequence[Callable[..., Any]], input_shape: Any = None, **
         ...                       input_shape=(784,))
     """
     return Model(sequential(layers), input_shape, **kwargs)
+
+
+def load_model(path: str | os.PathLike, module: Any, *, optimizer: Any = None, loss: Any = None,
+               metrics: Sequence[Any] | None = None) -> Model:
+    """Loads a model saved by `Model.save`, mirrored on the current strategy's devices.
+
+    Args:
+        path: the directory given to ``model.save``.
+        module: the Flax module the model was built from (or the list of layers of a
+            `Sequential`). Only weights are stored, never code.
+        optimizer, loss, metrics: compile arguments; default to the names stored by ``save``.
+            Required when the saved model was compiled with objects instead of names.
+
+    Returns:
+        A built `Model` (compiled if the saved one was) with the saved weights, optimizer
+        state, step and RNG key: training continues exactly where it stopped.
+
+    Raises:
+        ValueError: if a needed compile argument was not stored and not given, or if the
+            checkpoint does not match ``module`` (listing the mismatching paths).
+
+    Example:
+        >>> model.save("run/model")
+        >>> with mf.MirroredStrategy().scope():
+        ...     restored = mf.load_model("run/model", module)
+    """
+    found = checkpoint_lib.read_latest(path)
+    input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
+    if isinstance(module, (list, tuple)):
+        module = sequential(module)
+    model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
+    stored = found.info.get("compile")
+    if stored is not None:
+        given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
+        args = {k: stored[k] if v is None else v for k, v in given.items()}
+        for name, value in args.items():
+            if value is None:
+                raise ValueError(
+                    f"The model at {os.fspath(path)!r} was compiled with a {name} object, which "
+                    f"is not stored (no pickle). Pass it again: mf.load_model(path, module, "
+                    f"{name}=...). Received: {name}=None")
+        model.compile(**args, steps_per_execution=stored["steps_per_execution"])
+    checkpoint_lib.restore_into(model, found, weights_only=False)
+    return model
 
 
 def _positive_int(value: Any, name: str) -> int:

@@ -9,12 +9,18 @@ all reduce"); the bound avoids that and still keeps dispatch asynchronous.
 Metric statistics accumulate on the devices; the host reads them only when they are shown
 (a progress-bar refresh, an epoch end). After every step the model's state is the newest
 one, so an exception leaves the model at its last good state.
+
+For fault tolerance, ``fit`` publishes its position (`Progress`: epoch, step in the epoch,
+metric accumulators) in ``trainer.progress`` before each ``on_train_batch_end``, and a
+callback may set ``trainer.resume_point`` (`ResumePoint`) in ``on_train_begin`` to continue a
+run mid-epoch with restored accumulators (``mirrorfit.callbacks.BackupAndRestore`` does).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -25,6 +31,25 @@ from mirrorfit._src.callbacks import CallbackList, History, LazyLogs, ProgbarLog
 from mirrorfit._src.data import HostBatch, place_batches
 from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
 from mirrorfit._src.strategy import BATCH_AXIS, MirroredStrategy
+
+
+class Progress(NamedTuple):
+    """Where training is after the newest step; `Trainer.progress`, read by callbacks."""
+
+    epoch: int  # current epoch
+    step: int  # train steps of ``epoch`` done (the newest state is after them)
+    end_of_epoch: bool  # whether ``step`` is the epoch's last step
+    acc: Any  # the epoch's metric accumulators after ``step``; donated to the next step,
+    #           so a callback copies them (``jax.device_get``) inside its hook
+
+
+class ResumePoint(NamedTuple):
+    """Where `Trainer.fit` starts instead of ``initial_epoch``; set in ``on_train_begin``."""
+
+    epoch: int  # epoch to resume
+    step: int  # train steps of ``epoch`` already done
+    acc: Callable[[Any], Any] | None  # zero accumulators (host) -> restored ones; None: fresh
+
 
 class Trainer:
     """Compiled steps plus the loops that drive them for one compiled configuration.
@@ -84,11 +109,15 @@ class Trainer:
         callback_list = CallbackList(cbs, model=model, params=params)
         model.stop_training = False
         model.history = history
+        self.train_data, self.resume_point = train, None
         callback_list.on_train_begin()
+        resume, self.resume_point = self.resume_point, None
+        first = initial_epoch if resume is None else resume.epoch
         logs: dict[str, float] = {}
-        for epoch in range(initial_epoch, epochs):
+        for epoch in range(first, epochs):
             callback_list.on_epoch_begin(epoch)
-            logs = self._train_epoch(model, train, epoch, callback_list)
+            logs = self._train_epoch(model, train, epoch, callback_list,
+                                     resume if epoch == first else None)
             if validation is not None and (epoch + 1 - initial_epoch) % validation_freq == 0:
                 val_logs = self.evaluate(model, validation, callback_list)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -98,13 +127,17 @@ class Trainer:
         callback_list.on_train_end(logs)
         return history
 
-    def _train_epoch(self, model, data, epoch, callbacks) -> dict[str, float]:
+    def _train_epoch(self, model, data, epoch, callbacks, resume: ResumePoint | None = None
+                     ) -> dict[str, float]:
         group = self.steps_per_execution
-        batches = place_batches(data.batches(epoch, group=group), self.strategy, group=group)
+        step = 0 if resume is None else resume.step
+        batches = place_batches(data.batches(epoch, start_step=step, group=group),
+                                self.strategy, group=group)
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
+        if resume is not None and resume.acc is not None:
+            acc = self.strategy.replicate(resume.acc(self._zeros))
         previous = None
-        step = 0
         while batch is not None:
             callbacks.on_train_batch_begin(step)
             state, acc, logs = self.train_fn(model._state, acc, batch)
@@ -114,7 +147,9 @@ class Trainer:
                 previous["loss"].block_until_ready()  # at most two steps in flight
             previous = logs
             step += group
-            callbacks.on_train_batch_end(min(step, data.steps) - 1, LazyLogs(logs))
+            done = min(step, data.steps)
+            self.progress = Progress(epoch, done, batch is None, acc)
+            callbacks.on_train_batch_end(done - 1, LazyLogs(logs))
             if model.stop_training:
                 break
         return self._epoch_logs(acc, logs)

@@ -1,0 +1,350 @@
+"""Checkpoints on disk: pytrees saved with orbax-checkpoint, atomically, checksummed, no pickle.
+
+A checkpoint path is a directory of numbered versions ``ckpt-<n>``. Each version is one orbax
+checkpoint with two items:
+
+* ``arrays``: the pytree's leaves as a nested dict of NumPy arrays (orbax ``PyTreeSave``),
+  keyed by the leaves' paths (``params/Dense_0/kernel``, ``opt_state/inner_state/0/mu/...``),
+  so any pytree (NamedTuples, optax states) saves without its Python classes;
+* ``meta``: JSON (orbax ``JsonSave``) listing every array's path, shape, dtype and SHA-256,
+  plus the caller's ``info`` (epoch, compile arguments, ...).
+
+Atomicity: orbax writes a version into ``ckpt-<n>.orbax-checkpoint-tmp`` and renames it to
+``ckpt-<n>`` once complete, and a new version is complete before older ones are deleted, so a
+crash at any point leaves every complete version loadable. Loading restores NumPy arrays (so
+a checkpoint saved from N devices loads onto any M), checks every shape and checksum, and
+raises `CheckpointError` naming the version directory on any damage. Loading never runs
+code: orbax reads tensorstore arrays and JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+FORMAT = "mirrorfit-checkpoint/1"
+"""Format tag stored in every version's ``meta``."""
+
+_VERSION = re.compile(r"ckpt-(\d+)")
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"
+_MAX_LISTED = 5  # mismatches shown in an error message
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete or damaged (truncated files, wrong checksums)."""
+
+
+class Checkpoint(NamedTuple):
+    """One loaded, verified checkpoint version."""
+
+    arrays: dict[str, np.ndarray]  # path key ("params/Dense_0/kernel") -> array, any shape
+    info: dict[str, Any]  # the ``info`` given to `save`
+    path: Path  # the version directory, e.g. ``<path>/ckpt-3``
+
+
+# -- pytree paths ---------------------------------------------------------------------------
+
+
+def _segment(key: Any) -> str:
+    for attr in ("key", "name", "idx"):  # DictKey/FlattenedIndexKey, GetAttrKey, SequenceKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _segments(tree: Any) -> list[tuple[list[str], Any]]:
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [([_segment(k) for k in path], leaf) for path, leaf in leaves]
+
+
+def flatten(tree: Any) -> dict[str, Any]:
+    """Leaves of ``tree`` keyed by their ``/``-joined paths (``"params/Dense_0/kernel"``)."""
+    return {"/".join(path): leaf for path, leaf in _segments(tree)}
+
+
+def select(arrays: Mapping[str, Any], *roots: str) -> dict[str, Any]:
+    """The entries of a flat checkpoint whose first path segment is one of ``roots``."""
+    return {key: value for key, value in arrays.items() if key.split("/", 1)[0] in roots}
+
+
+def _nest(items: list[tuple[list[str], Any]]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for path, value in items:
+        node = nested
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = value
+    return nested
+
+
+def _sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+# -- versions -------------------------------------------------------------------------------
+
+
+def versions(path: str | os.PathLike) -> list[Path]:
+    """Complete versions under checkpoint directory ``path``, newest first ([] if none)."""
+    root = Path(path)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _VERSION.fullmatch(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def _checkpointer() -> ocp.Checkpointer:
+    return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+
+
+def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = None, *,
+         keep: int = 1) -> Path:
+    """Writes ``tree`` as a new version of checkpoint directory ``path``; returns the version.
+
+    Args:
+        path: the checkpoint directory (created if missing).
+        tree: pytree of arrays (``jax.Array`` s are copied to the host first).
+        info: JSON-serializable metadata stored alongside (e.g. ``{"epoch": 3}``).
+        keep: complete versions kept after this one is written (older ones are deleted).
+
+    Returns:
+        The new version directory ``<path>/ckpt-<n>``.
+
+    Raises:
+        ValueError: if ``tree`` has no array leaves.
+    """
+    items = [(path_, np.asarray(leaf)) for path_, leaf in _segments(jax.device_get(tree))]
+    if not items:
+        raise ValueError("A checkpoint needs at least one array. Received: tree with no leaves")
+    meta = {
+        "format": FORMAT,
+        "arrays": [{"path": p, "shape": list(a.shape), "dtype": a.dtype.name,
+                    "sha256": _sha256(a)} for p, a in items],
+        "info": dict(info or {}),
+    }
+    root = Path(path).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(f"*{_TMP_SUFFIX}*"):  # left by a crash mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    existing = versions(root)
+    number = 1 + (int(_VERSION.fullmatch(existing[0].name).group(1)) if existing else 0)
+    target = root / f"ckpt-{number}"
+    with _checkpointer() as checkpointer:
+        checkpointer.save(target, args=ocp.args.Composite(
+            arrays=ocp.args.PyTreeSave(_nest(items)), meta=ocp.args.JsonSave(meta)))
+    for old in versions(root)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+def latest(path: str | os.PathLike) -> Path:
+    """The newest complete version under checkpoint directory ``path``.
+
+    Raises:
+        CheckpointError: if ``path`` holds no complete checkpoint.
+    """
+    found = versions(path)
+    if not found:
+        raise CheckpointError(
+            f"No checkpoint found at {os.fspath(path)!r}: expected a directory written by "
+            "model.save_weights/model.save (it holds ckpt-<n> versions). Check the path. "
+            f"Received: path={os.fspath(path)!r}")
+    return found[0]
+
+
+def load(version: str | os.PathLike) -> Checkpoint:
+    """Reads and verifies one version directory (``<path>/ckpt-<n>``) as NumPy arrays.
+
+    Raises:
+        CheckpointError: naming ``version``, if any file is missing, truncated or corrupted
+            (orbax fails to read it, or an array's shape or SHA-256 differs from ``meta``).
+    """
+    version = Path(version).absolute()
+    damaged = (f"The checkpoint {os.fspath(version)!r} is damaged or incomplete and cannot be "
+               "loaded: {detail}. Load an earlier checkpoint or save a new one.")
+    try:
+        with _checkpointer() as checkpointer:
+            meta = checkpointer.restore(version, args=ocp.args.Composite(
+                meta=ocp.args.JsonRestore()))["meta"]
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise CheckpointError(damaged.format(detail="its meta item is not a mirrorfit "
+                                                            "checkpoint description"))
+            entries = meta["arrays"]
+            restore_args = _nest([(e["path"], ocp.RestoreArgs(restore_type=np.ndarray))
+                                  for e in entries])
+            nested = checkpointer.restore(version, args=ocp.args.Composite(
+                arrays=ocp.args.PyTreeRestore(restore_args=restore_args)))["arrays"]
+    except CheckpointError:
+        raise
+    except Exception as err:  # orbax/tensorstore/JSON errors on damaged files
+        raise CheckpointError(damaged.format(detail=f"{type(err).__name__}: {err}")) from err
+    arrays = {key: np.asarray(value) for key, value in flatten(nested).items()}
+    for entry in entries:
+        key = "/".join(entry["path"])
+        array = arrays.get(key)
+        if array is None:
+            raise CheckpointError(damaged.format(detail=f"array {key!r} is missing"))
+        if list(array.shape) != entry["shape"] or array.dtype.name != entry["dtype"]:
+            raise CheckpointError(damaged.format(
+                detail=f"array {key!r} has shape {array.shape} and dtype {array.dtype}, "
+                       f"expected {tuple(entry['shape'])} and {entry['dtype']}"))
+        if _sha256(array) != entry["sha256"]:
+            raise CheckpointError(damaged.format(detail=f"array {key!r} fails its SHA-256 "
+                                                        "checksum"))
+    return Checkpoint(arrays, meta.get("info", {}), version)
+
+
+def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], *, source: str) -> Any:
+    """Builds a pytree shaped like ``template`` from a flat checkpoint, or raises on mismatch.
+
+    Every leaf of ``template`` must have an entry of the same shape under its path, and
+    ``arrays`` must hold nothing else. Values are cast to the template leaves' dtypes.
+
+    Args:
+        template: pytree whose leaves have ``.shape`` and ``.dtype`` (arrays or
+            ``jax.ShapeDtypeStruct`` s).
+        arrays: flat checkpoint entries, path key -> array.
+        source: the checkpoint's location, for error messages.
+
+    Returns:
+        A pytree with ``template`` 's structure and NumPy leaves.
+
+    Raises:
+        ValueError: listing the first mismatching paths with expected and received shapes.
+            Nothing is built, so a caller that assigns the result loads all or nothing.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+    keys = ["/".join(_segment(k) for k in path) for path, _ in leaves]
+    problems = []
+    for key, (_, leaf) in zip(keys, leaves):
+        expected = tuple(leaf.shape)
+        if key not in arrays:
+            problems.append(f"{key}: expected shape {expected}, missing from the checkpoint")
+        elif tuple(np.shape(arrays[key])) != expected:
+            problems.append(f"{key}: expected shape {expected}, received "
+                            f"{tuple(np.shape(arrays[key]))}")
+    for key in sorted(set(arrays) - set(keys)):
+        problems.append(f"{key}: not in the model, received shape {tuple(np.shape(arrays[key]))}")
+    if problems:
+        shown = "\n  ".join(problems[:_MAX_LISTED])
+        more = f"\n  ... and {len(problems) - _MAX_LISTED} more" if len(
+            problems) > _MAX_LISTED else ""
+        raise ValueError(
+            f"The checkpoint does not match the model ({len(problems)} mismatching entries; "
+            f"nothing was loaded):\n  {shown}{more}\nLoad it into a model built with the same "
+            f"layers and input shape (and, for optimizer state, the same optimizer). "
+            f"Received: checkpoint {source!r}")
+    values = [np.asarray(arrays[key], dtype=leaf.dtype) for key, (_, leaf) in zip(keys, leaves)]
+    return jax.tree_util.tree_unflatten(treedef, values)
+
+
+# -- models ---------------------------------------------------------------------------------
+
+_WEIGHT_ROOTS = ("params", "model_state")
+
+
+def _encode_spec(spec: Any) -> Any:
+    """A model's input spec (pytree of ``(shape, dtype)``) as JSON, containers tagged."""
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.dtype):
+        return {"shape": list(spec[0]), "dtype": spec[1].name}
+    if isinstance(spec, dict):
+        return {"dict": {str(k): _encode_spec(v) for k, v in spec.items()}}
+    kind = "tuple" if isinstance(spec, tuple) else "list"
+    return {kind: [_encode_spec(v) for v in spec]}
+
+
+def decode_input_spec(encoded: Any) -> tuple[Any, np.dtype]:
+    """Inverse of the stored input spec: ``(input_shape, input_dtype)`` for `Model`."""
+    dtypes = []
+
+    def decode(node):
+        if "shape" in node:
+            dtypes.append(np.dtype(node["dtype"]))
+            return tuple(node["shape"])
+        if "dict" in node:
+            return {k: decode(v) for k, v in node["dict"].items()}
+        values = [decode(v) for v in node.get("tuple", node.get("list", []))]
+        return tuple(values) if "tuple" in node else values
+
+    shape = decode(encoded)
+    return shape, dtypes[0]
+
+
+def _storable_compile_args(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Compile arguments as JSON: names are kept, objects (not storable) become ``None``."""
+    if args is None:
+        return None
+    metrics = list(args["metrics"] or [])
+    return {
+        "optimizer": args["optimizer"] if isinstance(args["optimizer"], str) else None,
+        "loss": args["loss"] if isinstance(args["loss"], str) else None,
+        "metrics": metrics if all(isinstance(m, str) for m in metrics) else None,
+        "steps_per_execution": int(args["steps_per_execution"]),
+    }
+
+
+def _model_info(model, kind: str) -> dict[str, Any]:
+    model._weight_tree()  # raises a clear error for an unbuilt model
+    info = {"kind": kind, "input_spec": _encode_spec(model._input_spec), "seed": model._seed}
+    if kind == "model":
+        info["compile"] = _storable_compile_args(getattr(model, "_compile_args", None))
+    return info
+
+
+def save_weights(model, path: str | os.PathLike) -> Path:
+    """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``)."""
+    info = _model_info(model, "weights")
+    state = model._state
+    return save(path, {"params": state.params, "model_state": state.model_state}, info)
+
+
+def save_model(model, path: str | os.PathLike) -> Path:
+    """Saves ``model`` 's whole training state and config (see ``Model.save``)."""
+    info = _model_info(model, "model")
+    return save(path, model._state._asdict(), info)
+
+
+def read_latest(path: str | os.PathLike) -> Checkpoint:
+    """Loads and verifies the newest version under checkpoint directory ``path``."""
+    return load(latest(path))
+
+
+def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
+    """Sets ``model`` 's state from a checkpoint, replicated on the model's strategy.
+
+    With ``weights_only``, only params and non-param collections; otherwise also the
+    optimizer state (when the model is compiled), step and RNG key. All or nothing.
+
+    Raises:
+        ValueError: listing mismatching paths (see `unflatten_like`).
+    """
+    state = model._state
+    template = {"params": state.params, "model_state": state.model_state}
+    if not weights_only:
+        template.update(step=state.step, rng=state.rng)
+        if state.opt_state is not None:
+            template["opt_state"] = state.opt_state
+    tree = unflatten_like(template, select(found.arrays, *template), source=str(found.path))
+    model._state = state._replace(**model.strategy.replicate(tree))
+
+
+def load_weights(model, path: str | os.PathLike) -> None:
+    """Loads params and non-param collections into ``model`` (see ``Model.load_weights``)."""
+    found = read_latest(path)
+    if not model.built and "input_spec" in found.info:
+        model.build(decode_input_spec(found.info["input_spec"])[0])
+    model._weight_tree()  # raises a clear error for an unbuilt model
+    restore_into(model, found, weights_only=True)
