@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -147,26 +148,36 @@ class NnxAdapter(ModuleAdapter):
     def _merge(self, params, model_state, train):
         graphdef = self._train_def if train else self._eval_def
         state = nnx.State(params)
-        return nnx.merge(graphdef, state, model_state)
+        return nnx.merge(graphdef, state, model_state, copy=True)
 
     def apply(self, params, model_state, x, *, train, rng):
-        module = self._merge(params, model_state, train)
-        streams = [s for _, s in nnx.iter_graph(module) if isinstance(s, nnx.RngStream)]
-        for i, stream in enumerate(streams):
-            stream.key.value = jax.random.wrap_key_data(jax.random.fold_in(rng, i))
+        keys = itertools.count()
+
+        def reseed(variable):
+            if isinstance(variable, nnx.RngKey):
+                key = jax.random.fold_in(rng, next(keys))
+                return variable.replace(jax.random.wrap_key_data(key))
+            return variable
+
+        seeded = jax.tree.map(reseed, model_state, is_leaf=_is_variable)
+        module = self._merge(params, seeded, train)
         y = module(*call_inputs(x))
         # RNG state is restored: randomness comes from ``rng``, not from stored streams.
         new_state = jax.tree.map(
             lambda new, old: old if isinstance(new, nnx.RngState) else new,
             nnx.split(module, nnx.Param, ...)[2],
             model_state,
-            is_leaf=lambda v: isinstance(v, nnx.Variable),
+            is_leaf=_is_variable,
         )
         return y, new_state
 
     def tabulate(self, rng, x):
         del rng
         return nnx.tabulate(self.module, *call_inputs(x))
+
+
+def _is_variable(value: Any) -> bool:
+    return isinstance(value, nnx.Variable)
 
 
 def adapt(module: Any) -> ModuleAdapter:
