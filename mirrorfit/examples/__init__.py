@@ -1,0 +1,1 @@
+"""Runnable examples; ``mirrorfit.examples.digits`` is the main job (``mirrorfit-digits``)."""
