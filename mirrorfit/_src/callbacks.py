@@ -51,8 +51,9 @@ class LazyLogs(Mapping):
 
 def fetch_logs(values: Mapping[str, Any]) -> dict[str, float]:
     """Device metric values -> Python floats (one transfer for all of them)."""
-    host = jax.device_get(list(values.values()))
-    return {key: float(value) for key, value in zip(values, host)}
+    keys = sorted(values, key=lambda key: key != "loss")  # Keras order: loss, then metrics
+    host = jax.device_get([values[key] for key in keys])
+    return {key: float(value) for key, value in zip(keys, host)}
 
 
 class Callback:

@@ -131,9 +131,9 @@ def make_multi_train_step(cfg: StepConfig) -> Callable:
     def step(state: TrainState, acc: dict, batches: HostBatch):
         def body(carry, batch):
             state, acc, _ = single(*carry, batch)
-            return (state, acc, None), None
+            return (state, acc), None
 
-        (state, acc, _), _ = lax.scan(body, (state, acc, None), batches)
+        (state, acc), _ = lax.scan(body, (state, acc), batches)
         return state, acc, results(cfg, acc)
 
     return step
