@@ -477,9 +477,6 @@ def load_model(path: str | os.PathLike, module: Any, *, optimizer: Any = None, l
     """
     found = checkpoint_lib.read_latest(path)
     input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
-    if isinstance(module, (list, tuple)):
-        module = sequential(module)
-    model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
     stored = found.info.get("compile")
     if stored is not None:
         given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
@@ -490,6 +487,10 @@ def load_model(path: str | os.PathLike, module: Any, *, optimizer: Any = None, l
                     f"The model at {os.fspath(path)!r} was compiled with a {name} object, which "
                     f"is not stored (no pickle). Pass it again: mf.load_model(path, module, "
                     f"{name}=...). Received: {name}=None")
+    if isinstance(module, (list, tuple)):
+        module = sequential(module)
+    model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
+    if stored is not None:
         model.compile(**args, steps_per_execution=stored["steps_per_execution"])
     checkpoint_lib.restore_into(model, found, weights_only=False)
     return model
