@@ -50,11 +50,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 class CompileCounter:
-    """Counts XLA backend compilations per phase from ``jax.monitoring`` duration events."""
+    """Counts XLA backend compilations per phase from ``jax.monitoring`` duration events.
+
+    Compilations of single primitives (``jit(broadcast_in_dim)`` and the like, from op-by-op
+    dispatch outside any jitted step) are tallied apart from jitted functions such as train steps.
+    """
 
     def __init__(self):
         import jax
+        from jax.extend.core import Primitive
 
+        self.primitives = {p.name for p in vars(jax.lax).values() if isinstance(p, Primitive)}
         self.phase = "setup"
         self.phases: dict = {}
         jax.monitoring.register_event_duration_secs_listener(self._on_event)
@@ -62,14 +68,19 @@ class CompileCounter:
     def _on_event(self, event: str, duration: float, **kwargs) -> None:
         if event != "/jax/core/compile/backend_compile_duration":
             return
-        stats = self.phases.setdefault(self.phase, {"count": 0, "seconds": 0.0, "by_function": {}})
+        stats = self.phases.setdefault(self.phase, self._empty())
         stats["count"] += 1
         stats["seconds"] += duration
         name = str(kwargs.get("fun_name", "?"))
-        stats["by_function"][name] = stats["by_function"].get(name, 0) + 1
+        kind = "eager_ops" if name.removeprefix("jit(")[:-1] in self.primitives else "by_function"
+        stats[kind][name] = stats[kind].get(name, 0) + 1
+
+    @staticmethod
+    def _empty() -> dict:
+        return {"count": 0, "seconds": 0.0, "by_function": {}, "eager_ops": {}}
 
     def stats(self, phase: str) -> dict:
-        return self.phases.get(phase, {"count": 0, "seconds": 0.0, "by_function": {}})
+        return self.phases.get(phase, self._empty())
 
 
 def make_runner(args: argparse.Namespace, workload):

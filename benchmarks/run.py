@@ -90,7 +90,7 @@ def run_case(group: dict, case: str, settings: dict, calibration: dict | None) -
 
 
 def most_compiles_of_one_function(result: dict) -> int:
-    """Most XLA compilations of any one jitted function in the first call (1 means no recompile)."""
+    """Most compilations of any one jitted function (not eager op) in the first call; 1: no recompile."""
     return max(result["compiles"]["first_call"]["by_function"].values(), default=0)
 
 
@@ -171,13 +171,15 @@ def _fmt(x, spec=".0f", suffix=""):
 
 def markdown(report: dict) -> str:
     """Renders the results and targets as markdown tables."""
-    m = report["machine"]
+    m, load = report["machine"], report["load_average_1min"]
     lines = [f"# mirrorfit benchmark, {report['date']}, {m['slug']}", "",
              f"{m['cpu']}, {m['cpus']} cores, Python {m['python']}, jax {m['jax']}, "
-             f"mirrorfit {m['mirrorfit_commit']}. Settings: {report['settings']}.", "",
+             f"mirrorfit {m['mirrorfit_commit']}. Settings: {report['settings']}. Load average "
+             f"(1 min) at start/end: {load['start']:.1f}/{load['end']:.1f}.", "",
              "examples/s: median over repeats, spread min–max; ratio: median / median of the "
              "matching hand-written loop in this run (fused loop for `mirrorfit_fit_spe`); "
-             "compiles: XLA compilations in the first call (warm-up, ends in a partial batch).", "",
+             "compiles: XLA compilations (all, incl. eager ops) and their seconds in the first call "
+             "(warm-up, ends in a partial batch).", "",
              "| model | D | batch | case | examples/s | spread | vs hand-written | peak RSS MB "
              "(ratio) | device MB | compiles (s) | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -223,12 +225,14 @@ def main(argv=None) -> Path:
     p.add_argument("--out", type=Path, default=HERE / "results", help="output directory")
     args = p.parse_args(argv)
     settings, groups = plan(args.quick)
+    load_start = os.getloadavg()[0]
     rows = []
     for group in groups:
         rows += run_group(group, settings)
     info = machine()
     report = {"machine": info, "date": datetime.date.today().isoformat(), "quick": args.quick,
-              "settings": settings, "results": rows, "targets": targets(rows)}
+              "settings": settings,
+              "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]}, "results": rows, "targets": targets(rows)}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{info['slug']}-{report['date']}.json"
     path.write_text(json.dumps(report, indent=1))
