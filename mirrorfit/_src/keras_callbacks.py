@@ -314,6 +314,7 @@ class BackupAndRestore(Callback):
         self.delete_checkpoint = delete_checkpoint
         self._last_step = 0
         self._steps_since_save = 0
+        self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
 
     def _trainer(self):
         trainer = self.model._trainer
@@ -328,6 +329,7 @@ class BackupAndRestore(Callback):
 
     def on_train_begin(self, logs=None):
         self._last_step = self._steps_since_save = 0
+        self._restored_history = None
         backup = self._latest_valid()
         if backup is None:
             return
@@ -354,9 +356,15 @@ class BackupAndRestore(Callback):
         model._state = model.strategy.replicate(state)
         self._trainer().resume_point = ResumePoint(epoch, step, restore_acc if acc else None)
         self._last_step = step
-        if model.history is not None:
-            model.history.history = {k: list(v) for k, v in info["history"].items()}
-            model.history.epoch = list(info["history_epochs"])
+        self._restored_history = info["history"], info["history_epochs"]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # After every on_train_begin: History, which runs later, clears itself there.
+        if self._restored_history is not None and self.model.history is not None:
+            values, epochs = self._restored_history
+            self.model.history.history = {k: list(v) for k, v in values.items()}
+            self.model.history.epoch = list(epochs)
+        self._restored_history = None
 
     def _latest_valid(self) -> checkpoint_lib.Checkpoint | None:
         for version in checkpoint_lib.versions(self.backup_dir):
@@ -381,9 +389,21 @@ class BackupAndRestore(Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._last_step = 0
         if self.save_freq == "epoch":
-            self._save(epoch + 1, 0, None)
+            self._save(epoch + 1, 0, None, (epoch, logs or {}))
 
-    def _save(self, epoch: int, step: int, acc: Any) -> None:
+    def _history(self, ended: tuple[int, dict[str, float]] | None) -> dict[str, Any]:
+        """The history so far, with the epoch that just ``ended`` (History may run later)."""
+        history = self.model.history
+        values = {k: list(v) for k, v in (history.history if history else {}).items()}
+        epochs = list(history.epoch if history else [])
+        if ended is not None and ended[0] not in epochs:
+            epochs.append(ended[0])
+            for key, value in ended[1].items():
+                values.setdefault(key, []).append(float(value))
+        return {"history": values, "history_epochs": epochs}
+
+    def _save(self, epoch: int, step: int, acc: Any,
+              ended: tuple[int, dict[str, float]] | None = None) -> None:
         tree = {"state": self.model.state}
         if acc is not None:
             tree["acc"] = acc
@@ -391,10 +411,7 @@ class BackupAndRestore(Callback):
             if order is not None:
                 tree["order"] = order
         host = jax.device_get(tree)  # now: the next step donates these buffers
-        history = self.model.history
-        info = {"kind": "backup", "epoch": epoch, "step": step,
-                "history": history.history if history is not None else {},
-                "history_epochs": history.epoch if history is not None else []}
+        info = {"kind": "backup", "epoch": epoch, "step": step, **self._history(ended)}
         checkpoint_lib.save(self.backup_dir, host, info, keep=2)
 
     def on_train_end(self, logs=None):

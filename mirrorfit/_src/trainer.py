@@ -103,7 +103,9 @@ class Trainer:
             validation=None, validation_freq: int = 1) -> History:
         history = History()
         extra = [cb for cb in (callbacks or []) if isinstance(cb, ProgbarLogger)]
-        cbs = ([history] + list(callbacks or [])
+        # History after the user's callbacks, as in Keras: it records what they add to the
+        # epoch logs (e.g. ``learning_rate``).
+        cbs = (list(callbacks or []) + [history]
                + ([] if extra or verbose == 0 else [ProgbarLogger(verbose)]))
         params = {"epochs": epochs, "steps": train.steps, "verbose": verbose}
         callback_list = CallbackList(cbs, model=model, params=params)
