@@ -1,6 +1,6 @@
-"""Executes notebooks/quickstart.ipynb headless (nbclient) and fails if a cell errors.
+"""Executes the notebooks in notebooks/ headless (nbclient) and fails if a cell errors.
 
-The notebook runs in a fresh ``python3`` kernel without this process's
+Each notebook runs in a fresh ``python3`` kernel without this process's
 ``XLA_FLAGS``, so it must set up its 8 simulated CPU devices itself.
 """
 
@@ -11,7 +11,7 @@ import nbformat
 from nbclient import NotebookClient
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
+NOTEBOOKS = REPO / "notebooks"
 
 
 def _cell_text(cell: nbformat.NotebookNode) -> str:
@@ -21,8 +21,9 @@ def _cell_text(cell: nbformat.NotebookNode) -> str:
     )
 
 
-def test_quickstart_notebook_runs_on_8_simulated_devices():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+def _execute(name: str) -> list[nbformat.NotebookNode]:
+    """Runs notebooks/<name> in a fresh kernel; returns its executed code cells."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), (
         "commit the notebook without outputs"
     )
@@ -34,14 +35,25 @@ def test_quickstart_notebook_runs_on_8_simulated_devices():
         nb,
         kernel_name="python3",
         timeout=300,  # seconds per cell
-        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute(env=env)  # Raises CellExecutionError if any cell errors.
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
 
-    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+
+def test_quickstart_notebook_runs_on_8_simulated_devices():
+    code = _execute("quickstart.ipynb")
     assert "mf.utils.simulate_cpu_devices(8)" in code[0].source
     outputs = "\n".join(_cell_text(cell) for cell in code)
     assert "replicas: 8" in outputs
     assert any(
         "image/png" in output.get("data", {}) for cell in code for output in cell.outputs
     ), "the history plot was not shown"
+
+
+def test_custom_training_loop_notebook_matches_fit():
+    code = _execute("custom_training_loop.ipynb")  # the notebook asserts the accuracies
+    assert "mf.utils.simulate_cpu_devices(8)" in code[0].source
+    outputs = "\n".join(_cell_text(cell) for cell in code)
+    assert "replicas: 8" in outputs
+    assert "custom loop test accuracy" in outputs and "model.fit   test accuracy" in outputs
