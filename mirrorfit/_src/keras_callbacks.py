@@ -1,5 +1,5 @@
-"""The Keras callback set on mirrorfit's trainer: early stopping, checkpoints, step-exact
-backups, learning-rate control and loggers.
+"""The Keras callback set on mirrorfit's trainer: early stopping, learning-rate control and
+loggers (the checkpointing callbacks are in `mirrorfit._src.checkpoint_callbacks`).
 
 Callbacks run on the host between steps and see ``model._state``, always the newest state.
 Batch hooks read their `LazyLogs` only when they need a value (a callback that does not read
@@ -16,18 +16,14 @@ from __future__ import annotations
 import csv
 import math
 import os
-import shutil
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from mirrorfit._src import checkpoint as checkpoint_lib
 from mirrorfit._src.callbacks import _HOOKS, Callback
-from mirrorfit._src.trainer import ResumePoint
 
 NO_LEARNING_RATE = (
     "{name} needs an optimizer whose learning rate lives in its state: a mirrorfit optimizer "
@@ -40,7 +36,7 @@ NO_LEARNING_RATE = (
 # -- shared helpers ---------------------------------------------------------------------------
 
 
-def _monitor_op(mode: str, monitor: str, owner: str) -> Callable[[float, float], bool]:
+def monitor_op(mode: str, monitor: str, owner: str) -> Callable[[float, float], bool]:
     """``better(a, b)``: ``a < b`` (``"min"``) or ``a > b`` (``"max"``); ``"auto"`` as Keras."""
     if mode not in ("auto", "min", "max"):
         raise ValueError(f'{owner} mode must be "auto", "min" or "max". Received: mode={mode!r}')
@@ -50,7 +46,7 @@ def _monitor_op(mode: str, monitor: str, owner: str) -> Callable[[float, float],
     return np.greater if mode == "max" else np.less
 
 
-def _check_save_freq(save_freq: Any, owner: str) -> Any:
+def check_save_freq(save_freq: Any, owner: str) -> Any:
     if save_freq == "epoch":
         return save_freq
     if isinstance(save_freq, bool) or not isinstance(save_freq, (int, np.integer)) or (
@@ -98,7 +94,7 @@ def set_learning_rate(model, value: float, owner: str = "This callback") -> None
     model._state = state._replace(opt_state=opt_state)
 
 
-class _StepCounter:
+class StepCounter:
     """Train steps done, from the batch indices of ``on_train_batch_end`` (as Keras counts).
 
     With ``steps_per_execution = K`` a hook sees every K-th index, so one call may add K steps.
@@ -135,7 +131,7 @@ class EarlyStopping(Callback):
                  restore_best_weights: bool = False, start_from_epoch: int = 0):
         super().__init__()
         self.monitor = monitor
-        self.monitor_op = _monitor_op(mode, monitor, "EarlyStopping")
+        self.monitor_op = monitor_op(mode, monitor, "EarlyStopping")
         self.min_delta = abs(min_delta) if self.monitor_op is np.greater else -abs(min_delta)
         self.patience = patience
         self.verbose = verbose
@@ -197,226 +193,6 @@ class TerminateOnNaN(Callback):
         if loss is not None and not math.isfinite(loss):
             print(f"Batch {batch}: Invalid loss, terminating training")
             self.model.stop_training = True
-
-
-# -- checkpoints ------------------------------------------------------------------------------
-
-
-class ModelCheckpoint(Callback):
-    """Saves the model (orbax) every epoch or every ``save_freq`` steps, as in Keras.
-
-    Args:
-        filepath: checkpoint directory, templated with ``{epoch}`` (1-based), ``{batch}``
-            (1-based, step-level saves) and any log key, e.g. ``"ckpt/{epoch:02d}-{val_loss:.2f}"``.
-        monitor: the log compared for ``save_best_only``.
-        verbose: 1 prints a line per save.
-        save_best_only: save only when ``monitor`` improves on the best value so far.
-        save_weights_only: `Model.save_weights` instead of `Model.save`.
-        mode: ``"min"``, ``"max"`` or ``"auto"``.
-        save_freq: ``"epoch"``, or an int number of train steps between saves.
-        initial_value_threshold: the best value to beat at the start (``save_best_only``).
-    """
-
-    def __init__(self, filepath: str | os.PathLike, monitor: str = "val_loss", verbose: int = 0,
-                 save_best_only: bool = False, save_weights_only: bool = False,
-                 mode: str = "auto", save_freq: str | int = "epoch",
-                 initial_value_threshold: float | None = None):
-        super().__init__()
-        self.filepath = os.fspath(filepath)
-        self.monitor = monitor
-        self.verbose = verbose
-        self.save_best_only = save_best_only
-        self.save_weights_only = save_weights_only
-        self.monitor_op = _monitor_op(mode, monitor, "ModelCheckpoint")
-        self.save_freq = _check_save_freq(save_freq, "ModelCheckpoint")
-        self.best = initial_value_threshold
-        self._epoch = 0
-        self._steps = _StepCounter()
-        self._steps_since_save = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.save_freq == "epoch":
-            return
-        self._steps_since_save += self._steps.advance(batch)
-        if self._steps_since_save >= self.save_freq:
-            self._steps_since_save = 0
-            self._save(self._epoch, batch, dict(logs or {}))
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.save_freq == "epoch":
-            self._save(epoch, None, dict(logs or {}))
-
-    def _save(self, epoch: int, batch: int | None, logs: dict[str, float]) -> None:
-        if self.save_best_only:
-            current = logs.get(self.monitor)
-            if current is None:
-                warnings.warn(f"ModelCheckpoint: can save best model only with {self.monitor!r} "
-                              f"in the logs (available: {sorted(logs)}); skipping.", UserWarning,
-                              stacklevel=3)
-                return
-            if self.best is not None and not self.monitor_op(current, self.best):
-                return
-            self.best = float(current)
-        fields = dict(logs, epoch=epoch + 1)
-        if batch is not None:
-            fields["batch"] = batch + 1
-        try:
-            path = self.filepath.format(**fields)
-        except (KeyError, IndexError) as err:
-            raise ValueError(f"ModelCheckpoint filepath names {err} which is not in the logs; "
-                             f"available: epoch, batch, {', '.join(sorted(logs))}. Received: "
-                             f"filepath={self.filepath!r}") from None
-        if self.save_weights_only:
-            self.model.save_weights(path)
-        else:
-            self.model.save(path)
-        if self.verbose > 0:
-            print(f"Epoch {epoch + 1}: saving model to {path}")
-
-
-class BackupAndRestore(Callback):
-    """Backs up training to ``backup_dir`` and resumes an interrupted ``fit`` exactly.
-
-    A backup holds the params, optimizer state, non-param collections, step and RNG key, the
-    epoch and the position inside it, the epoch's shuffle order, the metric accumulators and
-    the history so far. When ``fit`` starts with a backup present, it continues from that
-    step, not from the start of the epoch, and finishes with the same params, bit for bit,
-    as a run that was never interrupted (array inputs, or a re-iterable input that yields
-    the same batches every epoch).
-
-    Writes are atomic (see `mirrorfit._src.checkpoint`) and the two newest backups are
-    kept: a damaged newest backup is skipped with a warning and the previous one is used.
-
-    Args:
-        backup_dir: directory of the backups (for this run only).
-        save_freq: ``"epoch"`` (after each epoch) or an int number of train steps between
-            backups. A step backup that would fall on the last step of an epoch is skipped
-            (that epoch's validation has not run yet); the next one is taken as usual.
-        delete_checkpoint: delete ``backup_dir`` when training ends normally.
-
-    Example:
-        >>> model.fit(x, y, epochs=10, callbacks=[mf.callbacks.BackupAndRestore("backup",
-        ...                                                                     save_freq=100)])
-        >>> # killed at step 437? Run the same line again: it resumes at step 400.
-    """
-
-    def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
-                 delete_checkpoint: bool = True):
-        super().__init__()
-        if not backup_dir:
-            raise ValueError("BackupAndRestore needs a backup_dir (a directory for this run's "
-                             f"backups). Received: backup_dir={backup_dir!r}")
-        self.backup_dir = Path(backup_dir)
-        self.save_freq = _check_save_freq(save_freq, "BackupAndRestore")
-        self.delete_checkpoint = delete_checkpoint
-        self._last_step = 0
-        self._steps_since_save = 0
-        self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
-
-    def _trainer(self):
-        trainer = self.model._trainer
-        if trainer is None:
-            raise ValueError("BackupAndRestore works inside model.fit on a compiled model. "
-                             "Received: an uncompiled model")
-        return trainer
-
-    def _epoch_order(self, epoch: int) -> np.ndarray | None:
-        order = getattr(self._trainer().train_data, "epoch_order", None)
-        return None if order is None else order(epoch)
-
-    def on_train_begin(self, logs=None):
-        self._last_step = self._steps_since_save = 0
-        self._restored_history = None
-        backup = self._latest_valid()
-        if backup is None:
-            return
-        info, arrays = backup.info, backup.arrays
-        epoch, step = int(info["epoch"]), int(info["step"])
-        saved_order = arrays.get("order")
-        order = None if saved_order is None else self._epoch_order(epoch)
-        if saved_order is not None and (order is None or not np.array_equal(order, saved_order)):
-            raise ValueError(
-                f"The backup in {os.fspath(self.backup_dir)!r} was taken in the middle of epoch "
-                f"{epoch} with a different shuffle order: the training data, validation_split or "
-                "seed changed, so resuming would not be exact. Train on the same data, or delete "
-                f"the backup directory to start over. Received: backup {os.fspath(backup.path)!r}")
-        model = self.model
-        state = checkpoint_lib.unflatten_like({"state": model.state},
-                                              checkpoint_lib.select(arrays, "state"),
-                                              source=str(backup.path))["state"]
-        acc = checkpoint_lib.select(arrays, "acc")
-        source = str(backup.path)
-
-        def restore_acc(zeros):
-            return checkpoint_lib.unflatten_like({"acc": zeros}, acc, source=source)["acc"]
-
-        model._state = model.strategy.replicate(state)
-        self._trainer().resume_point = ResumePoint(epoch, step, restore_acc if acc else None)
-        self._last_step = step
-        self._restored_history = info["history"], info["history_epochs"]
-
-    def on_epoch_begin(self, epoch, logs=None):
-        # After every on_train_begin: History, which runs later, clears itself there.
-        if self._restored_history is not None and self.model.history is not None:
-            values, epochs = self._restored_history
-            self.model.history.history = {k: list(v) for k, v in values.items()}
-            self.model.history.epoch = list(epochs)
-        self._restored_history = None
-
-    def _latest_valid(self) -> checkpoint_lib.Checkpoint | None:
-        for version in checkpoint_lib.versions(self.backup_dir):
-            try:
-                return checkpoint_lib.load(version)
-            except checkpoint_lib.CheckpointError as err:
-                warnings.warn(f"BackupAndRestore: deleting a damaged backup and falling back to "
-                              f"the previous one. {err}", UserWarning, stacklevel=3)
-                shutil.rmtree(version, ignore_errors=True)
-        return None
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.save_freq == "epoch":
-            return
-        progress = self._trainer().progress
-        self._steps_since_save += progress.step - self._last_step
-        self._last_step = progress.step
-        if self._steps_since_save >= self.save_freq and not progress.end_of_epoch:
-            self._steps_since_save = 0
-            self._save(progress.epoch, progress.step, progress.acc)
-
-    def on_epoch_end(self, epoch, logs=None):
-        self._last_step = 0
-        if self.save_freq == "epoch":
-            self._save(epoch + 1, 0, None, (epoch, logs or {}))
-
-    def _history(self, ended: tuple[int, dict[str, float]] | None) -> dict[str, Any]:
-        """The history so far, with the epoch that just ``ended`` (History may run later)."""
-        history = self.model.history
-        values = {k: list(v) for k, v in (history.history if history else {}).items()}
-        epochs = list(history.epoch if history else [])
-        if ended is not None and ended[0] not in epochs:
-            epochs.append(ended[0])
-            for key, value in ended[1].items():
-                values.setdefault(key, []).append(float(value))
-        return {"history": values, "history_epochs": epochs}
-
-    def _save(self, epoch: int, step: int, acc: Any,
-              ended: tuple[int, dict[str, float]] | None = None) -> None:
-        tree = {"state": self.model.state}
-        if acc is not None:
-            tree["acc"] = acc
-            order = self._epoch_order(epoch)
-            if order is not None:
-                tree["order"] = order
-        host = jax.device_get(tree)  # now: the next step donates these buffers
-        info = {"kind": "backup", "epoch": epoch, "step": step, **self._history(ended)}
-        checkpoint_lib.save(self.backup_dir, host, info, keep=2)
-
-    def on_train_end(self, logs=None):
-        if self.delete_checkpoint:
-            shutil.rmtree(self.backup_dir, ignore_errors=True)
 
 
 # -- learning rate ----------------------------------------------------------------------------
@@ -492,7 +268,7 @@ class ReduceLROnPlateau(Callback):
         self.factor = factor
         self.patience = patience
         self.verbose = verbose
-        self.monitor_op = _monitor_op(mode, monitor, "ReduceLROnPlateau")
+        self.monitor_op = monitor_op(mode, monitor, "ReduceLROnPlateau")
         self.min_delta = min_delta if self.monitor_op is np.greater else -min_delta
         self.cooldown = cooldown
         self.min_lr = min_lr
@@ -590,10 +366,10 @@ class TensorBoard(Callback):
     def __init__(self, log_dir: str | os.PathLike = "logs", update_freq: str | int = "epoch"):
         super().__init__()
         self.log_dir = os.fspath(log_dir)
-        self.update_freq = 1 if update_freq == "batch" else _check_save_freq(
+        self.update_freq = 1 if update_freq == "batch" else check_save_freq(
             update_freq, "TensorBoard")
         self._writers: dict[str, Any] = {}
-        self._steps = _StepCounter()
+        self._steps = StepCounter()
         self._steps_since_write = 0
 
     def on_train_begin(self, logs=None):
@@ -604,7 +380,7 @@ class TensorBoard(Callback):
                               "pip install tensorboardX") from None
         self._writers = {name: SummaryWriter(os.path.join(self.log_dir, name))
                          for name in ("train", "validation")}
-        self._steps, self._steps_since_write = _StepCounter(), 0
+        self._steps, self._steps_since_write = StepCounter(), 0
 
     def on_train_batch_end(self, batch, logs=None):
         if self.update_freq == "epoch":
