@@ -217,9 +217,6 @@ def test_all_reduce_unknown_op_raises_value_error_naming_reduce_op():
 # -- known bugs ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(reason="BUG: run finds a batch's padding mask only through the batch's first "
-                          "leaf, so fn(labels) of a (features, labels) batch sees mask=None and "
-                          "compute_average_loss counts padding rows", strict=True)
 def test_compute_average_loss_of_second_batch_leaf_ignores_padding():
     strategy = _strategy(8)
     x, y = _data(11), np.arange(11, dtype=np.float32)
@@ -228,9 +225,6 @@ def test_compute_average_loss_of_second_batch_leaf_ignores_padding():
     np.testing.assert_allclose(float(loss), y.mean(), rtol=1e-6)
 
 
-@pytest.mark.xfail(reason="BUG: a masked PerReplica passed back into run does not set "
-                          "ReplicaContext.mask, so compute_average_loss counts padding rows",
-                   strict=True)
 def test_compute_average_loss_of_masked_per_replica_ignores_padding():
     strategy = _strategy(8)
     y = np.arange(11, dtype=np.float32)

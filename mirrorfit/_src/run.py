@@ -44,7 +44,7 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
         raise TypeError(f"args must be a tuple of arguments. Received: args={args!r}")
     kwargs = dict(kwargs or {})
     leaves, treedef = jax.tree.flatten((tuple(args), kwargs), is_leaf=_is_per_replica)
-    mask = next((m for leaf in leaves if (m := batch_mask(leaf)) is not None), None)
+    mask = _find_mask(leaves)
     kinds, dynamic, key = [], [], []
     for leaf in leaves:
         if isinstance(leaf, _STATIC):
@@ -52,7 +52,8 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
             key.append(("static", type(leaf), leaf))
             continue
         if isinstance(leaf, PerReplica):
-            kind, value = "per_replica", leaf.values
+            kind, value = ("masked_per_replica" if leaf.mask is not None else "per_replica",
+                           leaf.values)
         elif _is_distributed(leaf, strategy):
             kind, value = "distributed", leaf
         else:
@@ -66,15 +67,63 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
     if mask is not None:
         dynamic.append(mask)
     cache_key = (fn, treedef, tuple(key), mask is not None)
-    compiled = strategy._run_cache.get(cache_key)
-    if compiled is None:
+    entry = strategy._run_cache.get(cache_key)
+    if entry is None:
         compiled = _compile(strategy, fn, treedef, kinds, mask is not None)
-        strategy._run_cache[cache_key] = compiled
+        aligned = None if mask is None else _batch_aligned(strategy, compiled, kinds, dynamic)
+        entry = strategy._run_cache[cache_key] = (compiled, aligned)
+    compiled, aligned = entry
     outputs = compiled(*dynamic)
-    per_replica_mask = None if mask is None else mask.reshape(strategy.num_replicas_in_sync, -1)
-    return jax.tree.map(
-        lambda v: PerReplica(v, per_replica_mask if v.ndim > 1 and per_replica_mask is not None
-                             and v.shape[1] == per_replica_mask.shape[1] else None), outputs)
+    if mask is None:
+        return jax.tree.map(PerReplica, outputs)
+    per_replica_mask = mask.reshape(strategy.num_replicas_in_sync, -1)
+    leaves, treedef = jax.tree.flatten(outputs)
+    return jax.tree.unflatten(treedef, [PerReplica(v, per_replica_mask if a else None)
+                                        for v, a in zip(leaves, aligned)])
+
+
+def _find_mask(leaves) -> jax.Array | None:
+    """The padding mask ``[global_batch]`` of the first masked batch or PerReplica argument."""
+    for leaf in leaves:
+        if isinstance(leaf, PerReplica):
+            if leaf.mask is not None:
+                return leaf.mask.reshape(-1)
+        elif (found := batch_mask(leaf)) is not None:
+            return found
+    return None
+
+
+def _batch_aligned(strategy, compiled, kinds, dynamic) -> list[bool]:
+    """Which outputs have the per-replica batch as their first axis.
+
+    Found by tracing once more (no compile) with one more row per replica in every batch
+    argument: an output is batch-aligned when its first per-replica axis grows with it.
+    """
+    n = strategy.num_replicas_in_sync
+    rows = dynamic[-1].shape[0] // n
+
+    def shapes(extra):
+        values = iter(dynamic)
+        structs = []
+        for kind, _ in kinds:
+            if kind == "static":
+                continue
+            value = next(values)
+            shape = value.shape
+            if kind == "distributed" and shape[0] == n * rows:
+                shape = (n * (rows + extra), *shape[1:])
+            elif kind == "masked_per_replica":
+                shape = (n, rows + extra, *shape[2:])
+            structs.append(jax.ShapeDtypeStruct(shape, value.dtype))
+        structs.append(jax.ShapeDtypeStruct((n * (rows + extra),), dynamic[-1].dtype))
+        return structs
+
+    base = jax.tree.leaves(jax.eval_shape(compiled, *shapes(0)))
+    try:
+        grown = jax.tree.leaves(jax.eval_shape(compiled, *shapes(1)))
+    except Exception:  # fn is not shape-polymorphic: fall back to matching the row count
+        return [v.ndim > 1 and v.shape[1] == rows for v in base]
+    return [v.ndim > 1 and g.shape[1] == v.shape[1] + 1 for v, g in zip(base, grown)]
 
 
 def _is_per_replica(v):
@@ -82,7 +131,7 @@ def _is_per_replica(v):
 
 
 def _compile(strategy, fn, treedef, kinds, has_mask):
-    specs = [P(BATCH_AXIS) if kind in ("per_replica", "distributed") else P()
+    specs = [P(BATCH_AXIS) if kind != "replicated" else P()
              for kind, _ in kinds if kind != "static"]
     if has_mask:
         specs.append(P(BATCH_AXIS))
@@ -97,7 +146,7 @@ def _compile(strategy, fn, treedef, kinds, has_mask):
                 leaves.append(constant)
             else:
                 value = next(values)
-                leaves.append(value[0] if kind == "per_replica" else value)
+                leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
         context = ReplicaContext(strategy.num_replicas_in_sync, mask, in_run=True)
         with replica_context(context):
@@ -135,7 +184,9 @@ def reduce(strategy: MirroredStrategy, reduce_op: Any, value: Any, axis: int | N
                                  f"of strategy.run. Received: value of type {type(v).__name__}")
             return v if axis is None else _reduce_array(jnp.asarray(v), op, axis, None)
         if axis is None:
-            return jnp.sum(v.values, 0) if op is ReduceOp.SUM else jnp.mean(v.values, 0)
+            if op is ReduceOp.SUM:
+                return jnp.sum(v.values, 0)
+            return jnp.mean(v.values, 0).astype(v.values.dtype)  # int values stay int
         joined, mask = _concat_rows(v, axis)
         return _reduce_array(joined, op, axis % (v.values.ndim - 1), mask)
 

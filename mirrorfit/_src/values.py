@@ -68,17 +68,16 @@ class PerReplica:
                 f"{', masked' if self.mask is not None else ''})")
 
 
-# Masks of distributed batches, keyed by the id of the batch's first leaf. An entry lives as
+# Masks of distributed batches, keyed by the id of each leaf of the batch. An entry lives as
 # long as that array does.
 _MASKS: dict[int, jax.Array] = {}
 
 
 def register_mask(batch: Any, mask: jax.Array) -> None:
-    """Records the padding mask ``[global_batch]`` of a distributed ``batch``."""
-    first = jax.tree.leaves(batch)[0]
-    key = id(first)
-    _MASKS[key] = mask
-    weakref.finalize(first, _MASKS.pop, key, None)
+    """Records the padding mask ``[global_batch]`` of every leaf of a distributed ``batch``."""
+    for leaf in jax.tree.leaves(batch):
+        _MASKS[id(leaf)] = mask
+        weakref.finalize(leaf, _MASKS.pop, id(leaf), None)
 
 
 def batch_mask(batch: Any) -> jax.Array | None:
@@ -93,4 +92,4 @@ def batch_mask(batch: Any) -> jax.Array | None:
         did not come from a distributed dataset.
     """
     leaves = jax.tree.leaves(batch)
-    return _MASKS.get(id(leaves[0])) if leaves else None
+    return next((_MASKS[id(leaf)] for leaf in leaves if id(leaf) in _MASKS), None)
