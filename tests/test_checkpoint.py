@@ -71,6 +71,15 @@ def test_load_weights_restores_exactly_when_saved_on_8_devices(saved_on_8, load_
     _assert_mirrored_on((loaded.params, loaded.state.model_state), loaded.strategy)
 
 
+def test_load_model_of_a_weights_checkpoint_loads_the_weights(saved_on_8):
+    path, weights = saved_on_8
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.load_model(path, _layers())
+    assert not model.compiled and int(model.state.step) == 0
+    for got, want in zip(model.get_weights(), weights, strict=True):
+        assert np.array_equal(got, want)
+
+
 def test_save_weights_twice_keeps_only_the_newest_version(tmp_path, model_on_2):
     model = model_on_2
     _random_weights(model, seed=1)

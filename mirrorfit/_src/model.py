@@ -492,7 +492,8 @@ def load_model(path: str | os.PathLike, module: Any, *, optimizer: Any = None, l
     model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
     if stored is not None:
         model.compile(**args, steps_per_execution=stored["steps_per_execution"])
-    checkpoint_lib.restore_into(model, found, weights_only=False)
+    # A save_weights checkpoint loads too, with fresh optimizer state, step and RNG key.
+    checkpoint_lib.restore_into(model, found, weights_only=found.info.get("kind") != "model")
     return model
 
 
