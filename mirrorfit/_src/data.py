@@ -52,11 +52,16 @@ def padded_size(batch_size: int, num_replicas: int) -> int:
 
 
 def is_array_input(x: Any) -> bool:
-    """Whether ``x`` is an array or a dict/tuple/list of arrays (not an iterable of batches)."""
+    """Whether ``x`` is an array or a dict/tuple/list of arrays (one per model input).
+
+    A list whose items are tuples is a list of ``(x, y)`` batches, not of inputs.
+    """
+    if isinstance(x, list) and x and all(isinstance(item, tuple) for item in x):
+        return False
+    if not isinstance(x, (np.ndarray, jax.Array, dict, tuple, list)):
+        return False
     leaves = jax.tree.leaves(x)
-    return bool(leaves) and all(
-        isinstance(leaf, (np.ndarray, jax.Array)) or np.isscalar(leaf) for leaf in leaves
-    ) and (isinstance(x, (np.ndarray, jax.Array, dict, tuple, list)))
+    return bool(leaves) and all(isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves)
 
 
 def _num_rows(tree: Any, name: str) -> int:
@@ -214,6 +219,8 @@ class IterableData:
         self._data = data
         self._iterator = iter(data) if iter(data) is data else None
         self.steps = steps_per_epoch
+        if self.steps is None and self._iterator is None and hasattr(data, "__len__"):
+            self.steps = len(data)  # a sized re-iterable: one pass per epoch
         self.num_replicas = num_replicas
         self.with_targets = with_targets
         self.padded_batch_size: int | None = None

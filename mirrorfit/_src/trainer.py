@@ -149,7 +149,7 @@ class Trainer:
                 previous["loss"].block_until_ready()  # at most two steps in flight
             previous = logs
             step += group
-            done = min(step, data.steps)
+            done = step if data.steps is None else min(step, data.steps)
             self.progress = Progress(epoch, done, batch is None, acc)
             callbacks.on_train_batch_end(done - 1, LazyLogs(logs))
             if model.stop_training:
