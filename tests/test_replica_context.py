@@ -214,7 +214,7 @@ def test_all_reduce_unknown_op_raises_value_error_naming_reduce_op():
         mf.get_replica_context().all_reduce("MAX", jnp.ones(2))
 
 
-# -- known bugs ---------------------------------------------------------------------------------
+# -- regressions: padding masks of labels-only and PerReplica arguments -------------------------
 
 
 def test_compute_average_loss_of_second_batch_leaf_ignores_padding():

@@ -372,7 +372,7 @@ def test_replicate_is_idempotent_and_mirrored():
     np.testing.assert_array_equal(np.asarray(twice["w"]), np.arange(4.0))
 
 
-# -- known bugs -----------------------------------------------------------------------------
+# -- regressions: padding masks of outputs, int dtypes --------------------------------------
 
 
 def test_reduce_and_gather_of_feature_vector_equal_to_per_replica_batch_size():
