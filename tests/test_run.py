@@ -396,3 +396,19 @@ def test_reduce_mean_keeps_int_dtype_so_state_loop_compiles_once():
         count = strategy.reduce(mf.ReduceOp.MEAN, strategy.run(count_up, args=(count,)))
     assert count.dtype == np.int32 and int(count) == 3
     assert len(traces) == 1
+
+
+def test_custom_loop_without_host_reads_completes_on_8_devices():
+    # Queuing many collective calls deadlocks XLA's CPU all-reduce; run/reduce keep at most
+    # two in flight. A regression aborts the process ("Termination timeout for all reduce").
+    strategy = mf.MirroredStrategy(jax.devices()[:8])
+    state = strategy.replicate([np.zeros(4, np.float32)] * 8)
+    batch = next(iter(strategy.experimental_distribute_dataset([np.ones((64, 4), np.float32)])))
+
+    def step(state, x):
+        total = mf.get_replica_context().all_reduce("SUM", jnp.sum(x, 0))
+        return [v + total for v in state]
+
+    for _ in range(1000):
+        state = strategy.reduce("MEAN", strategy.run(step, args=(state, batch)))
+    np.testing.assert_allclose(np.asarray(state[0]), np.full(4, 64.0 * 1000))

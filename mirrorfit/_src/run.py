@@ -13,6 +13,7 @@ constants) through `MirroredStrategy.compile_replica_fn`, the same path ``fit`` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,7 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
         entry = strategy._run_cache[cache_key] = (compiled, aligned)
     compiled, aligned = entry
     outputs = compiled(*dynamic)
+    _bound_in_flight(strategy, outputs)
     if mask is None:
         return jax.tree.map(PerReplica, outputs)
     per_replica_mask = mask.reshape(strategy.num_replicas_in_sync, -1)
@@ -156,17 +158,54 @@ def _compile(strategy, fn, treedef, kinds, has_mask):
     return strategy.compile_replica_fn(per_replica, tuple(specs), P(BATCH_AXIS))
 
 
-def _concat_rows(value: PerReplica, axis: int) -> tuple[jax.Array, jax.Array | None]:
-    """Per-replica values concatenated along ``axis`` (of one replica's value), and the mask
-    of the concatenated rows when ``axis == 0`` and the value is masked."""
-    values = value.values
-    if not -values.ndim + 1 <= axis < values.ndim - 1:
-        raise ValueError(f"axis must be within the rank {values.ndim - 1} of the per-replica "
-                         f"value. Received: axis={axis}")
-    axis %= values.ndim - 1
+def _check_axis(value: PerReplica, axis: int) -> int:
+    rank = value.values.ndim - 1
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis must be within the rank {rank} of the per-replica value. "
+                         f"Received: axis={axis}")
+    return axis % rank
+
+
+def _joined(values: jax.Array, mask: jax.Array | None, axis: int):
+    """Per-replica values ``[n, ...]`` concatenated along ``axis`` of one replica's value,
+    with the mask of the concatenated rows (``axis == 0`` of a masked value only)."""
     joined = jnp.concatenate(list(values), axis=axis)
-    mask = value.mask.reshape(-1) if value.mask is not None and axis == 0 else None
-    return joined, mask
+    return joined, (mask.reshape(-1) if mask is not None and axis == 0 else None)
+
+
+@functools.partial(jax.jit, static_argnames=("op", "axis"))
+def _reduce_values(items, *, op: ReduceOp, axis: int | None):
+    """One compiled reduction for every `PerReplica` leaf: ``items`` are (values, mask)."""
+    out = []
+    for values, mask in items:
+        if axis is None:
+            total = jnp.sum(values, 0)
+            out.append(total if op is ReduceOp.SUM
+                       else (total / values.shape[0]).astype(values.dtype))  # ints stay int
+            continue
+        joined, rows = _joined(values, mask, axis)
+        if rows is None:
+            out.append(jnp.sum(joined, axis) if op is ReduceOp.SUM else jnp.mean(joined, axis))
+            continue
+        weights = rows.reshape(rows.shape + (1,) * (joined.ndim - 1))
+        total = jnp.sum(jnp.where(weights, joined, 0), axis)
+        out.append(total if op is ReduceOp.SUM else total / jnp.sum(rows))
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("axis",))
+def _gather_values(items, *, axis: int):
+    return [_joined(values, mask, axis)[0] for values, mask in items]
+
+
+def _apply(strategy, value, per_leaf, other):
+    """Runs ``per_leaf`` once over all `PerReplica` leaves of ``value``, ``other`` on the rest."""
+    leaves, treedef = jax.tree.flatten(value, is_leaf=_is_per_replica)
+    items = [(v.values, v.mask) for v in leaves if isinstance(v, PerReplica)]
+    results = iter(per_leaf(items) if items else [])
+    outputs = [next(results) if isinstance(v, PerReplica) else other(v) for v in leaves]
+    _bound_in_flight(strategy, outputs)
+    return jax.tree.unflatten(treedef, outputs)
 
 
 def reduce(strategy: MirroredStrategy, reduce_op: Any, value: Any, axis: int | None = None
@@ -175,44 +214,60 @@ def reduce(strategy: MirroredStrategy, reduce_op: Any, value: Any, axis: int | N
     op = ReduceOp.resolve(reduce_op)
     if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
         raise TypeError(f"axis must be None or an int. Received: axis={axis!r}")
+    leaves = jax.tree.leaves(value, is_leaf=_is_per_replica)
+    axes = {_check_axis(v, axis) for v in leaves if isinstance(v, PerReplica)} if (
+        axis is not None) else {None}
+    if len(axes) > 1:
+        raise ValueError("axis must name the same axis of every value (use a non-negative "
+                         f"axis for values of different ranks). Received: axis={axis}")
 
-    def one(v):
-        if not isinstance(v, PerReplica):
-            if op is ReduceOp.SUM and strategy.num_replicas_in_sync > 1:
-                raise ValueError("A value that is not PerReplica is the same on every replica "
-                                 "and cannot be reduced with SUM; use MEAN, or pass the result "
-                                 f"of strategy.run. Received: value of type {type(v).__name__}")
-            return v if axis is None else _reduce_array(jnp.asarray(v), op, axis, None)
+    def other(v):
+        if op is ReduceOp.SUM and strategy.num_replicas_in_sync > 1:
+            raise ValueError("A value that is not PerReplica is the same on every replica "
+                             "and cannot be reduced with SUM; use MEAN, or pass the result "
+                             f"of strategy.run. Received: value of type {type(v).__name__}")
+        v = jnp.asarray(v)
         if axis is None:
-            if op is ReduceOp.SUM:
-                return jnp.sum(v.values, 0)
-            return jnp.mean(v.values, 0).astype(v.values.dtype)  # int values stay int
-        joined, mask = _concat_rows(v, axis)
-        return _reduce_array(joined, op, axis % (v.values.ndim - 1), mask)
+            return v
+        return jnp.sum(v, axis) if op is ReduceOp.SUM else jnp.mean(v, axis)
 
-    return jax.tree.map(one, value, is_leaf=_is_per_replica)
-
-
-def _reduce_array(x, op, axis, mask):
-    if mask is None:
-        return jnp.sum(x, axis) if op is ReduceOp.SUM else jnp.mean(x, axis)
-    weights = mask.astype(x.dtype).reshape(mask.shape + (1,) * (x.ndim - 1))
-    total = jnp.sum(jnp.where(weights > 0, x, 0), axis)
-    return total if op is ReduceOp.SUM else total / jnp.sum(weights)
+    return _apply(strategy, value,
+                  lambda items: _reduce_values(items, op=op, axis=next(iter(axes))), other)
 
 
 def gather(strategy: MirroredStrategy, value: Any, axis: int = 0) -> Any:
     """See `MirroredStrategy.gather`."""
+    leaves = jax.tree.leaves(value, is_leaf=_is_per_replica)
+    axes = {_check_axis(v, axis) for v in leaves if isinstance(v, PerReplica)} or {axis}
+    if len(axes) > 1:
+        raise ValueError("axis must name the same axis of every value. "
+                         f"Received: axis={axis}")
+    norm = next(iter(axes))
 
-    def one(v):
-        if not isinstance(v, PerReplica):
-            return jnp.concatenate([jnp.asarray(v)] * strategy.num_replicas_in_sync, axis)
-        joined, mask = _concat_rows(v, axis)
-        if mask is None:
+    def per_leaf(items):
+        joined = _gather_values(items, axis=norm)
+        if norm != 0:
             return joined
-        return joined[np.flatnonzero(np.asarray(mask))]
+        return [j if m is None else j[np.flatnonzero(np.asarray(m).reshape(-1))]
+                for j, (_, m) in zip(joined, items)]
 
-    return jax.tree.map(one, value, is_leaf=_is_per_replica)
+    def other(v):
+        return jnp.concatenate([jnp.asarray(v)] * strategy.num_replicas_in_sync, axis)
+
+    return _apply(strategy, value, per_leaf, other)
+
+
+def _bound_in_flight(strategy: MirroredStrategy, outputs: Any) -> None:
+    """Waits for the previous dispatch so that at most two calls with collectives are queued.
+
+    On the CPU backend with several devices, XLA's in-process all-reduce deadlocks when many
+    collective executions are queued, so a custom loop is bounded as ``fit`` is.
+    """
+    previous, strategy._in_flight = strategy._in_flight, outputs
+    for leaf in jax.tree.leaves(previous, is_leaf=_is_per_replica):
+        array = leaf.values if isinstance(leaf, PerReplica) else leaf
+        if isinstance(array, jax.Array) and not array.is_deleted():
+            array.block_until_ready()
 
 
 def local_results(strategy: MirroredStrategy, value: Any) -> tuple:

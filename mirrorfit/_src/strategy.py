@@ -57,15 +57,20 @@ class MirroredStrategy:
     """
 
     def __init__(self, devices: Sequence[jax.Device] | None = None):
-        self._devices = _validate_devices(devices)
+        self._devices = self._resolve_devices(devices)
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
         self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
         self._run_cache: dict[Any, Callable[..., Any]] = {}  # compiled fns of `run`
+        self._in_flight: Any = None  # outputs of the newest run/reduce/gather dispatch
+
+    def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+        """The replicas' devices; `MultiWorkerMirroredStrategy` takes every process's."""
+        return _validate_devices(devices)
 
     def __repr__(self) -> str:
         return (
-            f"MirroredStrategy(num_replicas_in_sync={self.num_replicas_in_sync}, "
+            f"{type(self).__name__}(num_replicas_in_sync={self.num_replicas_in_sync}, "
             f"platform={self._devices[0].platform!r})"
         )
 
@@ -223,9 +228,44 @@ class MirroredStrategy:
         sharding = self._batch_sharded
         if leading_axes:
             sharding = NamedSharding(self._mesh, P(*([None] * leading_axes), BATCH_AXIS))
-        return jax.tree.map(
-            lambda leaf: jax.make_array_from_process_local_data(sharding, leaf), tree
-        )
+        if jax.process_count() == 1:
+            return jax.tree.map(
+                lambda leaf: jax.make_array_from_process_local_data(sharding, leaf), tree
+            )
+
+        def place(leaf):
+            # Several processes: each holds the whole global batch and passes on only the
+            # rows its own devices own.
+            leaf = np.asarray(leaf)
+            rows = _process_rows(sharding, leaf.shape, leading_axes)
+            local = leaf[(slice(None),) * leading_axes + (rows,)]
+            return jax.make_array_from_process_local_data(sharding, local, leaf.shape)
+
+        return jax.tree.map(place, tree)
+
+    def fetch(self, tree: Any) -> Any:
+        """Copies a pytree of global arrays to the host as NumPy, on every process.
+
+        Arrays split over the replicas of several processes are all-gathered first, so every
+        process calls this at the same point. Mirrored arrays are read from a local copy.
+
+        Args:
+            tree: pytree of ``jax.Array`` s (any sharding on this mesh) or NumPy arrays.
+
+        Returns:
+            The same pytree of NumPy arrays with the arrays' global shapes.
+        """
+
+        def one(leaf):
+            if not isinstance(leaf, jax.Array) or leaf.is_fully_addressable:
+                return np.asarray(leaf)
+            if leaf.is_fully_replicated:
+                return np.asarray(leaf.addressable_data(0))
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+
+        return jax.tree.map(one, tree)
 
     def compile_replica_fn(
         self,
@@ -277,6 +317,17 @@ def _stack() -> list[MirroredStrategy]:
 @functools.cache
 def _default_strategy() -> MirroredStrategy:
     return MirroredStrategy(jax.local_devices()[:1])
+
+
+def _process_rows(sharding: NamedSharding, shape: tuple[int, ...], axis: int) -> slice:
+    """The contiguous rows of batch axis ``axis`` that this process's devices own."""
+    owned = sorted({index[axis].indices(shape[axis])[:2]
+                    for index in sharding.addressable_devices_indices_map(shape).values()})
+    start, stop = owned[0][0], owned[-1][1]
+    if sum(b - a for a, b in owned) != stop - start:
+        raise ValueError(f"This process's devices own non-contiguous rows {owned} of the batch; "
+                         f"order the mesh devices by process. Received: sharding={sharding}")
+    return slice(start, stop)
 
 
 def _validate_devices(devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
