@@ -16,6 +16,7 @@ from mirrorfit._src.model import Model as Model
 from mirrorfit._src.model import Sequential as Sequential
 from mirrorfit._src.model import load_model as load_model
 from mirrorfit._src.strategy import MirroredStrategy as MirroredStrategy
+from mirrorfit._src.multi_worker import MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
 from mirrorfit._src.replica_context import ReplicaContext as ReplicaContext
 from mirrorfit._src.replica_context import compute_average_loss as compute_average_loss
 from mirrorfit._src.replica_context import get_replica_context as get_replica_context
@@ -32,6 +33,7 @@ __all__ = [
     "InputContext",
     "MirroredStrategy",
     "Model",
+    "MultiWorkerMirroredStrategy",
     "PerReplica",
     "ReduceOp",
     "ReplicaContext",

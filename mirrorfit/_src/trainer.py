@@ -30,7 +30,9 @@ from mirrorfit._src import steps as steps_lib
 from mirrorfit._src.callbacks import CallbackList, History, LazyLogs, ProgbarLogger, fetch_logs
 from mirrorfit._src.data import HostBatch, place_batches
 from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
-from mirrorfit._src.strategy import BATCH_AXIS, MirroredStrategy
+from mirrorfit._src.run import replica_function
+from mirrorfit._src.multi_worker import check_same_across_processes
+from mirrorfit._src.strategy import MirroredStrategy
 
 
 class Progress(NamedTuple):
@@ -67,15 +69,14 @@ class Trainer:
         self.steps_per_execution = steps_per_execution
         self._zeros: Any = None
         self._warned_not_probabilities = False
-        rep, batch = P(), P(BATCH_AXIS)
         if steps_per_execution > 1:
-            train_step, train_batch = steps_lib.make_multi_train_step(config), P(None, BATCH_AXIS)
+            self._train_step = steps_lib.make_multi_train_step(config)
         else:
-            train_step, train_batch = steps_lib.make_train_step(config), batch
-        self.train_fn = strategy.compile_replica_fn(
-            train_step, (rep, rep, train_batch), (rep, rep, rep), donate_argnums=(0, 1))
-        self.eval_fn = strategy.compile_replica_fn(
-            steps_lib.make_eval_step(config), (rep, rep, batch), (rep, rep), donate_argnums=0)
+            self._train_step = steps_lib.make_train_step(config)
+        self._eval_step = steps_lib.make_eval_step(config)
+        # Compiled on the first batch, through the machinery of ``strategy.run``.
+        self.train_fn: Any = None
+        self.eval_fn: Any = None
 
     # -- accumulators ---------------------------------------------------------------------
 
@@ -101,6 +102,12 @@ class Trainer:
 
     def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
             validation=None, validation_freq: int = 1) -> History:
+        # Several processes: fail fast, before any collective, unless all train alike.
+        check_same_across_processes({
+            "global batch_size": getattr(train, "batch_size", None),
+            "steps per epoch": train.steps, "epochs": epochs,
+            "input shapes": model._input_spec,
+            "param shapes": jax.tree.map(lambda a: tuple(a.shape), model.params)})
         history = History()
         extra = [cb for cb in (callbacks or []) if isinstance(cb, ProgbarLogger)]
         # History after the user's callbacks, as in Keras: it records what they add to the
@@ -137,6 +144,10 @@ class Trainer:
                                 self.strategy, group=group)
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
+        if self.train_fn is None:
+            self.train_fn = replica_function(self.strategy, self._train_step,
+                                             (model._state, acc, batch), (P(), P(), P()),
+                                             donate_argnums=(0, 1))
         if resume is not None and resume.acc is not None:
             acc = self.strategy.replicate(resume.acc(self._zeros))
         previous = None
@@ -161,6 +172,10 @@ class Trainer:
         batches = place_batches(data.batches(0), self.strategy)
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
+        if self.eval_fn is None:
+            self.eval_fn = replica_function(self.strategy, self._eval_step,
+                                            (acc, model._state, batch), (P(), P()),
+                                            donate_argnums=0)
         previous = None
         step = 0
         while batch is not None:
@@ -189,14 +204,15 @@ def predict(strategy: MirroredStrategy, predict_fn, state, data, callbacks) -> A
         callbacks.on_predict_batch_begin(step)
         y_pred = predict_fn(state, strategy.shard_batch(host.x))
         if pending is not None:
-            outputs.append(_to_host(*pending))
+            outputs.append(_to_host(strategy, *pending))
             callbacks.on_predict_batch_end(step - 1)
         pending = (y_pred, int(host.mask.sum()))
-    outputs.append(_to_host(*pending))
+    outputs.append(_to_host(strategy, *pending))
     callbacks.on_predict_batch_end(step)
     callbacks.on_predict_end()
     return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
 
 
-def _to_host(y_pred, num_real: int):
-    return jax.tree.map(lambda a: np.asarray(a)[:num_real], y_pred)
+def _to_host(strategy: MirroredStrategy, y_pred, num_real: int):
+    # All rows on every process: several processes all-gather them.
+    return jax.tree.map(lambda a: a[:num_real], strategy.fetch(y_pred))
