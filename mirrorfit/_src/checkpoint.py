@@ -257,9 +257,9 @@ _WEIGHT_ROOTS = ("params", "model_state")
 
 
 def _encode_spec(spec: Any) -> Any:
-    """A model's input spec (pytree of ``(shape, dtype)``) as JSON, containers tagged."""
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.dtype):
-        return {"shape": list(spec[0]), "dtype": spec[1].name}
+    """A model's input spec (pytree of ``jax.ShapeDtypeStruct``) as JSON, containers tagged."""
+    if isinstance(spec, jax.ShapeDtypeStruct):
+        return {"shape": list(spec.shape), "dtype": np.dtype(spec.dtype).name}
     if isinstance(spec, dict):
         return {"dict": {str(k): _encode_spec(v) for k, v in spec.items()}}
     kind = "tuple" if isinstance(spec, tuple) else "list"

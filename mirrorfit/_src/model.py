@@ -127,7 +127,8 @@ class Model:
         sample = jax.tree.map(lambda a: np.asarray(a)[:1], x)
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
         params, model_state = init(jax.random.PRNGKey(self._seed), sample)
-        self._input_spec = jax.tree.map(lambda a: (a.shape[1:], a.dtype), sample)
+        self._input_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
+                                        _lists_to_tuples(sample))
         opt_state = None
         if self._trainer is not None:
             opt_state = self._init_opt_state(params)
@@ -144,12 +145,9 @@ class Model:
         if self._state is None:
             self._build_from(x)
             return
-        received = jax.tree.map(lambda a: np.shape(a)[1:], x)
-        expected = jax.tree.map(lambda spec: spec[0], self._input_spec,
-                                is_leaf=lambda s: isinstance(s, tuple) and len(s) == 2)
-        same_structure = jax.tree.structure(received, is_leaf=_is_shape) == jax.tree.structure(
-            expected, is_leaf=_is_shape)
-        if not same_structure or received != expected:
+        received = jax.tree.map(lambda a: np.shape(a)[1:], _lists_to_tuples(x))
+        expected = jax.tree.map(lambda spec: spec.shape, self._input_spec)
+        if received != expected:
             raise ValueError(
                 f"Input {name} does not match the model: expected per-example shape "
                 f"{expected} (without the batch dimension), as the model was built with. "
@@ -372,9 +370,22 @@ class Model:
                              " first. Received: an unbuilt model")
         return (self._state.params, self._state.model_state)
 
+    def _weight_leaves(self) -> tuple[list[Any], Any, list[int]]:
+        """Leaves and treedef of (params, model_state), and the indices that are weights
+        (every numeric leaf; RNG key state of nnx modules is not a weight)."""
+        leaves, treedef = jax.tree.flatten(self._weight_tree())
+        numeric = [i for i, leaf in enumerate(leaves)
+                   if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+        return leaves, treedef, numeric
+
     def get_weights(self) -> list[np.ndarray]:
-        """Params then other collections as NumPy arrays, in a stable flatten order (Keras')."""
-        return [np.asarray(leaf) for leaf in jax.tree.leaves(self._weight_tree())]
+        """Params then other collections as NumPy arrays, in a stable flatten order.
+
+        The order is ``jax.tree.leaves`` of ``(params, model_state)`` (dict keys sorted, so a
+        Dense layer gives ``bias`` before ``kernel``), stable across runs and processes.
+        """
+        leaves, _, numeric = self._weight_leaves()
+        return [np.asarray(leaves[i]) for i in numeric]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Sets weights from a list in `get_weights` order; nothing changes on a mismatch.
@@ -382,17 +393,19 @@ class Model:
         Raises:
             ValueError: if the count or any shape differs, listing the mismatches.
         """
-        leaves, treedef = jax.tree.flatten(self._weight_tree())
+        leaves, treedef, numeric = self._weight_leaves()
         weights = list(weights)
-        if len(weights) != len(leaves):
-            raise ValueError(f"set_weights expected a list of {len(leaves)} arrays (as returned "
+        if len(weights) != len(numeric):
+            raise ValueError(f"set_weights expected a list of {len(numeric)} arrays (as returned "
                              f"by get_weights). Received: {len(weights)} arrays")
-        bad = [(i, leaf.shape, np.shape(w)) for i, (leaf, w) in enumerate(zip(leaves, weights))
-               if tuple(leaf.shape) != tuple(np.shape(w))]
+        bad = [(i, leaves[i].shape, np.shape(w)) for i, w in zip(numeric, weights)
+               if tuple(leaves[i].shape) != tuple(np.shape(w))]
         if bad:
             lines = "; ".join(f"#{i}: expected {e}, received {r}" for i, e, r in bad[:5])
             raise ValueError(f"set_weights got arrays of the wrong shape: {lines}")
-        new = [np.asarray(w, dtype=leaf.dtype) for leaf, w in zip(leaves, weights)]
+        new = list(leaves)
+        for i, w in zip(numeric, weights):
+            new[i] = np.asarray(w, dtype=leaves[i].dtype)
         params, model_state = self._strategy.replicate(jax.tree.unflatten(treedef, new))
         self._state = self._state._replace(params=params, model_state=model_state)
 
@@ -433,8 +446,8 @@ class Model:
         if self._state is None:
             raise ValueError("summary needs a built model: pass input_shape to the constructor "
                              "or call fit/predict first. Received: an unbuilt model")
-        sample = jax.tree.map(lambda spec: np.zeros((1, *spec[0]), spec[1]), self._input_spec,
-                              is_leaf=lambda s: isinstance(s, tuple) and len(s) == 2)
+        sample = jax.tree.map(lambda spec: np.zeros((1, *spec.shape), spec.dtype),
+                              self._input_spec)
         print_fn(self._adapter.tabulate(jax.random.PRNGKey(self._seed), sample))
 
 
@@ -495,6 +508,15 @@ def load_model(path: str | os.PathLike, module: Any, *, optimizer: Any = None, l
     # A save_weights checkpoint loads too, with fresh optimizer state, step and RNG key.
     checkpoint_lib.restore_into(model, found, weights_only=found.info.get("kind") != "model")
     return model
+
+
+def _lists_to_tuples(tree: Any) -> Any:
+    """Lists of inputs and tuples of inputs mean the same (positional module inputs)."""
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        return tuple(_lists_to_tuples(item) for item in tree)
+    if isinstance(tree, dict):
+        return {key: _lists_to_tuples(value) for key, value in tree.items()}
+    return tree
 
 
 def _positive_int(value: Any, name: str) -> int:

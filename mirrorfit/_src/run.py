@@ -30,10 +30,36 @@ from mirrorfit._src.values import PerReplica, ReduceOp, batch_mask
 _STATIC = (bool, int, float, complex, str, type(None))
 
 
-def _is_distributed(leaf: Any, strategy: MirroredStrategy) -> bool:
+def spec_of(strategy: MirroredStrategy, leaf: Any) -> P:
+    """How a per-replica function receives an argument leaf.
+
+    A ``jax.Array`` split over this mesh's ``"batch"`` axis keeps its own spec (the replica
+    gets its shard); everything else gets ``P()`` (whole).
+    """
     sharding = getattr(leaf, "sharding", None)
-    return (isinstance(sharding, NamedSharding) and sharding.mesh == strategy.mesh
-            and len(sharding.spec) > 0 and sharding.spec[0] == BATCH_AXIS)
+    if (isinstance(sharding, NamedSharding) and sharding.mesh == strategy.mesh
+            and BATCH_AXIS in tuple(sharding.spec)):
+        return sharding.spec
+    return P()
+
+
+def replica_function(strategy: MirroredStrategy, fn: Callable, example_args: tuple,
+                     out_specs: Any, *, donate_argnums: int | tuple[int, ...] = ()) -> Callable:
+    """``fn`` compiled per replica for arguments laid out like ``example_args``.
+
+    The machinery of `run` for a caller that calls one function many times with one
+    argument structure (``fit``'s train step): specs come from `spec_of`, ``fn`` sees the
+    replica context, and the result is called directly, with no per-call classification.
+    """
+
+    @functools.wraps(fn)
+    def per_replica(*args):
+        with replica_context(ReplicaContext(strategy.num_replicas_in_sync, in_run=True)):
+            return fn(*args)
+
+    in_specs = jax.tree.map(lambda leaf: spec_of(strategy, leaf), tuple(example_args))
+    return strategy.compile_replica_fn(per_replica, in_specs, out_specs,
+                                       donate_argnums=donate_argnums)
 
 
 def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict | None = None
@@ -52,17 +78,18 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
             kinds.append(("static", leaf))
             key.append(("static", type(leaf), leaf))
             continue
+        spec = P(BATCH_AXIS)
         if isinstance(leaf, PerReplica):
             kind, value = ("masked_per_replica" if leaf.mask is not None else "per_replica",
                            leaf.values)
-        elif _is_distributed(leaf, strategy):
+        elif (spec := spec_of(strategy, leaf)) != P():
             kind, value = "distributed", leaf
         else:
             kind, value = "replicated", leaf
             if not isinstance(value, jax.Array) or value.sharding != strategy.replicated_sharding:
                 value = strategy.replicate(np.asarray(value) if not isinstance(value, jax.Array)
                                            else value)
-        kinds.append((kind, None))
+        kinds.append((kind, spec))
         dynamic.append(value)
         key.append((kind, value.shape, value.dtype))
     if mask is not None:
@@ -107,12 +134,12 @@ def _batch_aligned(strategy, compiled, kinds, dynamic) -> list[bool]:
     def shapes(extra):
         values = iter(dynamic)
         structs = []
-        for kind, _ in kinds:
+        for kind, spec in kinds:
             if kind == "static":
                 continue
             value = next(values)
             shape = value.shape
-            if kind == "distributed" and shape[0] == n * rows:
+            if kind == "distributed" and spec == P(BATCH_AXIS) and shape[0] == n * rows:
                 shape = (n * (rows + extra), *shape[1:])
             elif kind == "masked_per_replica":
                 shape = (n, rows + extra, *shape[2:])
@@ -133,8 +160,7 @@ def _is_per_replica(v):
 
 
 def _compile(strategy, fn, treedef, kinds, has_mask):
-    specs = [P(BATCH_AXIS) if kind != "replicated" else P()
-             for kind, _ in kinds if kind != "static"]
+    specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
     if has_mask:
         specs.append(P(BATCH_AXIS))
 
