@@ -177,7 +177,7 @@ class ProgbarLogger(Callback):
         self._in_fit = False
 
     def _open(self, total, desc):
-        if self.verbose == 1:
+        if self.verbose == 1 and jax.process_index() == 0:  # several processes: the chief
             self._bar = tqdm(total=total, desc=desc, unit="step", file=self.file or sys.stderr,
                              dynamic_ncols=True, leave=True)
             self._next_refresh = time.monotonic() + self.refresh_seconds
@@ -214,7 +214,7 @@ class ProgbarLogger(Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._close(logs)
-        if self.verbose == 2:
+        if self.verbose == 2 and jax.process_index() == 0:
             seconds = time.monotonic() - self._epoch_start
             print(f"Epoch {epoch + 1}/{self.params.get('epochs')} - {seconds:.1f}s - "
                   f"{_format(logs or {})}", file=self.file or sys.stdout, flush=True)

@@ -95,7 +95,7 @@ class ModelCheckpoint(Callback):
             self.model.save_weights(path)
         else:
             self.model.save(path)
-        if self.verbose > 0:
+        if self.verbose > 0 and jax.process_index() == 0:
             print(f"Epoch {epoch + 1}: saving model to {path}")
 
 

@@ -327,6 +327,8 @@ class CSVLogger(Callback):
         self._header = True
 
     def on_train_begin(self, logs=None):
+        if jax.process_index() != 0:  # several processes: only the chief writes
+            return
         has_rows = self.append and os.path.exists(self.filename) and os.path.getsize(
             self.filename) > 0
         self._header = not has_rows
@@ -334,6 +336,8 @@ class CSVLogger(Callback):
         self._writer, self._keys = None, None
 
     def on_epoch_end(self, epoch, logs=None):
+        if self._file is None:
+            return
         logs = {k: v for k, v in (logs or {}).items() if not k.startswith("_")}
         if self._writer is None:
             self._keys = sorted(logs)
@@ -379,11 +383,12 @@ class TensorBoard(Callback):
             raise ImportError("mirrorfit.callbacks.TensorBoard writes with tensorboardX: "
                               "pip install tensorboardX") from None
         self._writers = {name: SummaryWriter(os.path.join(self.log_dir, name))
-                         for name in ("train", "validation")}
+                         for name in ("train", "validation")
+                         if jax.process_index() == 0}  # several processes: the chief writes
         self._steps, self._steps_since_write = StepCounter(), 0
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.update_freq == "epoch":
+        if self.update_freq == "epoch" or not self._writers:
             return
         self._steps_since_write += self._steps.advance(batch)
         if self._steps_since_write >= self.update_freq:
@@ -394,6 +399,8 @@ class TensorBoard(Callback):
                     self._writers["train"].add_scalar(f"batch_{key}", logs[key], step)
 
     def on_epoch_end(self, epoch, logs=None):
+        if not self._writers:
+            return
         for key, value in (logs or {}).items():
             if key.startswith("_"):
                 continue

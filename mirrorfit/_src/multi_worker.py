@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import socket
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,7 +73,8 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
 
     Raises:
         ValueError: for a malformed or inconsistent setting (naming it), or when the
-            coordinator cannot be reached within ``initialization_timeout``.
+            coordinator cannot be reached within ``initialization_timeout`` (naming
+            ``coordinator_address``).
         RuntimeError: if JAX already started its backends in this process without
             ``jax.distributed``.
 
@@ -194,6 +197,34 @@ def _check_settings(address, num_processes, process_id) -> None:
                          f"num_processes={num_processes}, process_id={process_id}")
 
 
+def _wait_for_coordinator(address: str, timeout: float, process_id, num_processes) -> None:
+    """Waits until process 0's coordinator accepts connections, or raises after ``timeout``.
+
+    JAX aborts the whole process when it cannot register with the coordinator, so this
+    check runs first and turns an unreachable address into an error that names it.
+    """
+    host, _, port = address.rpartition(":")
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ValueError("coordinator_address must be 'host:port' with an int port. "
+                         f"Received: coordinator_address={address!r}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), port_number), timeout=1.0):
+                return
+        except OSError as err:
+            if time.monotonic() >= deadline:
+                raise ValueError(
+                    f"coordinator_address={address!r} is unreachable: no coordinator accepted "
+                    f"a connection within initialization_timeout={timeout} s (this process: "
+                    f"process_id={process_id} of num_processes={num_processes}). Check that "
+                    f"process 0 runs and that host and port are right (set "
+                    f"{COORDINATOR_ENV} or coordinator_address). Received: {err}") from None
+            time.sleep(0.2)
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None,
                local_device_ids: int | Sequence[int] | None = None, *,
@@ -207,6 +238,10 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     Raises:
         ValueError: for bad settings, or an unreachable coordinator (naming the address).
         RuntimeError: if JAX's backends started before this call.
+
+    JAX itself terminates the process (with "the JAX distributed service detected fatal
+    errors") when the job cannot form within ``initialization_timeout`` or a peer stops
+    sending heartbeats for ``heartbeat_timeout`` seconds.
     """
     from jax._src import distributed
 
@@ -220,6 +255,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     heartbeat = _env_int("heartbeat_timeout", heartbeat_timeout, HEARTBEAT_TIMEOUT_ENV)
     init_timeout = DEFAULT_INIT_TIMEOUT if init_timeout is None else init_timeout
     heartbeat = DEFAULT_HEARTBEAT_TIMEOUT if heartbeat is None else heartbeat
+    if address is not None and process_id != 0:
+        _wait_for_coordinator(address, init_timeout, process_id, num_processes)
     # gloo gives the CPU backend cross-process collectives; it must be set before the
     # backends start, and affects no other backend.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -231,15 +268,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         jax.distributed.initialize(address, num_processes, process_id, local_device_ids,
                                    **kwargs)
     except RuntimeError as err:
-        if "before any JAX" in str(err) or "backend" in str(err).lower() and (
-                "initialized" in str(err)):
-            raise RuntimeError(
-                "MultiWorkerMirroredStrategy must be created before any JAX computation in "
-                "the process (jax.distributed must start before JAX's backends). Create it "
-                f"first thing in the script. Received: {err}") from err
-        raise ValueError(
-            f"Could not join the multi-process job within initialization_timeout="
-            f"{init_timeout} s: coordinator_address={address!r} (process_id={process_id}, "
-            f"num_processes={num_processes}) is unreachable, or not every process started. "
-            f"Check that process 0 runs and that the address and port are right. "
-            f"Received: {type(err).__name__}: {err}") from err
+        if "before any JAX" not in str(err):
+            raise
+        raise RuntimeError(
+            "MultiWorkerMirroredStrategy must be created before any JAX computation in the "
+            "process (jax.distributed must start before JAX's backends): create it first "
+            f"thing in the script. Received: {err}") from err
