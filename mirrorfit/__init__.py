@@ -22,6 +22,7 @@ from mirrorfit._src.replica_context import compute_average_loss as compute_avera
 from mirrorfit._src.replica_context import get_replica_context as get_replica_context
 from mirrorfit._src.replica_context import scale_regularization_loss as scale_regularization_loss
 from mirrorfit._src.strategy import get_strategy as get_strategy
+from mirrorfit._src.values import Mirrored as Mirrored
 from mirrorfit._src.values import PerReplica as PerReplica
 from mirrorfit._src.values import ReduceOp as ReduceOp
 from mirrorfit._src.values import batch_mask as batch_mask
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "History",
     "InputContext",
+    "Mirrored",
     "MirroredStrategy",
     "Model",
     "MultiWorkerMirroredStrategy",

@@ -48,7 +48,7 @@ def compiled():
 def model(compiled):
     """The shared compiled model, reset to its initial training state."""
     model, initial = compiled
-    model._state = model.strategy.replicate(initial)
+    model._state = model.strategy.replicate_arrays(initial)
     return model
 
 
@@ -291,11 +291,11 @@ def grouped():
 def test_backup_and_restore_resumes_bitwise(grouped, tmp_path, save_freq, stop_at, resume_at):
     model, initial = grouped
     kwargs = dict(validation_data=_data(24), epochs=3)
-    model._state = model.strategy.replicate(initial)
+    model._state = model.strategy.replicate_arrays(initial)
     expected = _fit(model, [], **kwargs)
     expected_weights = model.get_weights()
 
-    model._state = model.strategy.replicate(initial)
+    model._state = model.strategy.replicate_arrays(initial)
     backup = mf.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=save_freq)
     with pytest.raises(_Interrupt):
         _fit(model, [backup, _interrupt_after(model, stop_at)], **kwargs)

@@ -219,8 +219,29 @@ def test_experimental_local_results_in_replica_order(n):
 
 def test_experimental_local_results_of_plain_value_is_one_tuple():
     strategy = _strategy(2)
-    value = strategy.replicate(np.ones(2, np.float32))
+    value = np.ones(2, np.float32)
     assert strategy.experimental_local_results(value) == (value,)
+
+
+def test_experimental_local_results_of_mirrored_value_has_one_copy_per_replica():
+    strategy = _strategy(8)
+    value = strategy.replicate(np.arange(3, dtype=np.float32))
+    parts = strategy.experimental_local_results(value)
+    assert len(parts) == 8
+    assert [next(iter(p.devices())) for p in parts] == list(strategy.devices)
+    for part in parts:
+        np.testing.assert_array_equal(np.asarray(part), np.arange(3))
+
+
+def test_replicate_returns_mirrored_values_that_print_and_act_as_arrays():
+    strategy = _strategy(8)
+    placed = strategy.replicate({"w": np.arange(3, dtype=np.float32)})
+    assert isinstance(placed["w"], mf.Mirrored)
+    assert repr(placed["w"]) == "Mirrored(float32[3], on 8 devices)"
+    np.testing.assert_array_equal(np.asarray(placed["w"] * 2 + 1), np.arange(3) * 2 + 1)
+    np.testing.assert_array_equal(np.asarray(jnp.dot(placed["w"], placed["w"])), 5.0)
+    grads = jax.grad(lambda t: jnp.sum(t["w"] ** 2))(placed)  # a pytree node over the array
+    np.testing.assert_array_equal(np.asarray(grads["w"]), 2 * np.arange(3))
 
 
 # -- compile caching ------------------------------------------------------------------------

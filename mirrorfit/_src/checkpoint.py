@@ -338,7 +338,7 @@ def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
         if state.opt_state is not None:
             template["opt_state"] = state.opt_state
     tree = unflatten_like(template, select(found.arrays, *template), source=str(found.path))
-    model._state = state._replace(**model.strategy.replicate(tree))
+    model._state = state._replace(**model.strategy.replicate_arrays(tree))
 
 
 def load_weights(model, path: str | os.PathLike) -> None:

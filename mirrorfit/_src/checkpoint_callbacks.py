@@ -175,7 +175,7 @@ class BackupAndRestore(Callback):
         def restore_acc(zeros):
             return checkpoint_lib.unflatten_like({"acc": zeros}, acc, source=source)["acc"]
 
-        model._state = model.strategy.replicate(state)
+        model._state = model.strategy.replicate_arrays(state)
         self._trainer().resume_point = ResumePoint(epoch, step, restore_acc if acc else None)
         self._last_step = step
         self._restored_history = info["history"], info["history_epochs"]

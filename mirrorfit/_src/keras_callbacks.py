@@ -86,7 +86,7 @@ def set_learning_rate(model, value: float, owner: str = "This callback") -> None
         if not _is_lr_state(node):
             return node
         old = node.hyperparams["learning_rate"]
-        new = model.strategy.replicate(np.asarray(value, dtype=old.dtype))
+        new = model.strategy.replicate_arrays(np.asarray(value, dtype=old.dtype))
         return node._replace(hyperparams={**node.hyperparams, "learning_rate": new})
 
     state = model.state

@@ -132,7 +132,7 @@ class Model:
         opt_state = None
         if self._trainer is not None:
             opt_state = self._init_opt_state(params)
-        self._state = self._strategy.replicate(
+        self._state = self._strategy.replicate_arrays(
             create_state(params, model_state, opt_state, self._seed))
 
     def _init_opt_state(self, params):
@@ -406,7 +406,7 @@ class Model:
         new = list(leaves)
         for i, w in zip(numeric, weights):
             new[i] = np.asarray(w, dtype=leaves[i].dtype)
-        params, model_state = self._strategy.replicate(jax.tree.unflatten(treedef, new))
+        params, model_state = self._strategy.replicate_arrays(jax.tree.unflatten(treedef, new))
         self._state = self._state._replace(params=params, model_state=model_state)
 
     # -- saving ---------------------------------------------------------------------------

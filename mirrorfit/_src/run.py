@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.replica_context import ReplicaContext, replica_context
 from mirrorfit._src.strategy import BATCH_AXIS, MirroredStrategy
-from mirrorfit._src.values import PerReplica, ReduceOp, batch_mask
+from mirrorfit._src.values import Mirrored, PerReplica, ReduceOp, batch_mask, unwrap_mirrored
 
 _STATIC = (bool, int, float, complex, str, type(None))
 
@@ -69,8 +69,8 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
         raise TypeError(f"fn must be a callable run once per replica. Received: fn={fn!r}")
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple of arguments. Received: args={args!r}")
-    kwargs = dict(kwargs or {})
-    leaves, treedef = jax.tree.flatten((tuple(args), kwargs), is_leaf=_is_per_replica)
+    args, kwargs = unwrap_mirrored((tuple(args), dict(kwargs or {})))
+    leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=_is_per_replica)
     mask = _find_mask(leaves)
     kinds, dynamic, key = [], [], []
     for leaf in leaves:
@@ -87,7 +87,7 @@ def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict
         else:
             kind, value = "replicated", leaf
             if not isinstance(value, jax.Array) or value.sharding != strategy.replicated_sharding:
-                value = strategy.replicate(np.asarray(value) if not isinstance(value, jax.Array)
+                value = strategy.replicate_arrays(np.asarray(value) if not isinstance(value, jax.Array)
                                            else value)
         kinds.append((kind, spec))
         dynamic.append(value)
@@ -298,8 +298,9 @@ def _bound_in_flight(strategy: MirroredStrategy, outputs: Any) -> None:
 
 def local_results(strategy: MirroredStrategy, value: Any) -> tuple:
     """See `MirroredStrategy.experimental_local_results`."""
-    if not isinstance(value, PerReplica):
-        return (value,)
     order = {d: i for i, d in enumerate(strategy.devices)}
-    shards = sorted(value.values.addressable_shards, key=lambda s: order[s.device])
-    return tuple(shard.data[0] for shard in shards)
+    if isinstance(value, (PerReplica, Mirrored)):
+        array = value.values if isinstance(value, PerReplica) else value.value
+        shards = sorted(array.addressable_shards, key=lambda s: order[s.device])
+        return tuple(s.data[0] if isinstance(value, PerReplica) else s.data for s in shards)
+    return (value,)

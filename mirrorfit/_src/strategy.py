@@ -118,11 +118,19 @@ class MirroredStrategy:
             tree: pytree of NumPy or JAX arrays (or numbers), any shapes.
 
         Returns:
-            The same pytree of ``jax.Array`` s with sharding ``NamedSharding(mesh, P())``.
+            The same pytree with every leaf a `mirrorfit.Mirrored`: a ``jax.Array`` with
+            sharding ``NamedSharding(mesh, P())`` that prints as ``Mirrored(float32[3], on 8
+            devices)`` and otherwise behaves as the array.
 
         Raises:
             TypeError: if a leaf is not an array or a number.
         """
+        from mirrorfit._src.values import Mirrored, unwrap_mirrored
+
+        return jax.tree.map(Mirrored, self.replicate_arrays(unwrap_mirrored(tree)))
+
+    def replicate_arrays(self, tree: Any) -> Any:
+        """`replicate` without the `Mirrored` wrappers: a pytree of plain ``jax.Array`` s."""
         bad = [type(leaf).__name__ for leaf in jax.tree.leaves(tree)
                if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool))]
         if bad:

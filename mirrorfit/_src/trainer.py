@@ -86,7 +86,7 @@ class Trainer:
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 sample = jax.tree.map(lambda a: a[0], batch)
             self._zeros = jax.device_get(steps_lib.init_statistics(self.config, state, sample))
-        return self.strategy.replicate(self._zeros)
+        return self.strategy.replicate_arrays(self._zeros)
 
     def _epoch_logs(self, acc, logs) -> dict[str, float]:
         values = fetch_logs(logs)
@@ -149,7 +149,7 @@ class Trainer:
                                              (model._state, acc, batch), (P(), P(), P()),
                                              donate_argnums=(0, 1))
         if resume is not None and resume.acc is not None:
-            acc = self.strategy.replicate(resume.acc(self._zeros))
+            acc = self.strategy.replicate_arrays(resume.acc(self._zeros))
         previous = None
         while batch is not None:
             callbacks.on_train_batch_begin(step)

@@ -3,9 +3,10 @@
 * `PerReplica`: one value per replica, stored as **one global array** ``[num_replicas, ...]``
   sharded over the mesh (replica ``r`` holds row ``r``), plus the padding mask of the batch it
   was computed from, if any.
-
-Mirrored values are plain ``jax.Array`` s with sharding ``NamedSharding(mesh, P())``
-(``strategy.replicate``), so they compose with every JAX transformation.
+* `Mirrored`: what ``strategy.replicate`` returns, one ``jax.Array`` with sharding
+  ``NamedSharding(mesh, P())`` in a thin wrapper that prints as mirrored. It is a pytree node
+  over that array and behaves as the array (operators, ``jnp`` functions, attributes), so it
+  composes with ``jit``, ``grad``, Flax and Optax.
 * `batch_mask`: the boolean padding mask of a distributed batch.
 """
 
@@ -66,6 +67,79 @@ class PerReplica:
         shape = self.values.shape
         return (f"PerReplica({self.values.dtype}{list(shape[1:])} on {shape[0]} replicas"
                 f"{', masked' if self.mask is not None else ''})")
+
+
+@jax.tree_util.register_pytree_node_class
+class Mirrored:
+    """A value mirrored on every device of a strategy; see the module docstring.
+
+    Attributes:
+        value: the replicated ``jax.Array``.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def tree_flatten(self):
+        return (self.value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        del aux
+        return cls(children[0])
+
+    def __jax_array__(self):
+        return self.value
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.value, dtype=dtype)
+
+    def __getattr__(self, name: str):
+        if name == "value":  # not yet set (e.g. during copy); avoid recursion
+            raise AttributeError(name)
+        return getattr(self.value, name)
+
+    def __getitem__(self, index):
+        return self.value[index]
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __repr__(self) -> str:
+        value = self.value
+        if not hasattr(value, "dtype"):  # e.g. jax.tree.map(lambda p: p.shape, mirrored)
+            return f"Mirrored({value!r})"
+        sharding = getattr(value, "sharding", None)
+        where = f"on {len(sharding.device_set)} devices" if sharding is not None else "traced"
+        return f"Mirrored({value.dtype}{list(value.shape)}, {where})"
+
+
+def _delegate(name: str):
+    def method(self, *args):
+        args = [a.value if isinstance(a, Mirrored) else a for a in args]
+        return getattr(self.value, name)(*args)
+
+    method.__name__ = name
+    return method
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+            "xor", "lt", "le", "gt", "ge"):
+    for _name in (f"__{_op}__", f"__r{_op}__"):
+        if not _name.startswith("__r") or _op not in ("lt", "le", "gt", "ge"):
+            setattr(Mirrored, _name, _delegate(_name))
+for _name in ("__neg__", "__pos__", "__abs__", "__invert__", "__float__", "__int__",
+              "__bool__", "__eq__", "__ne__"):
+    setattr(Mirrored, _name, _delegate(_name))
+Mirrored.__hash__ = None  # like arrays
+
+
+def unwrap_mirrored(tree: Any) -> Any:
+    """Replaces `Mirrored` nodes by the arrays they hold."""
+    return jax.tree.map(lambda v: v.value if isinstance(v, Mirrored) else v, tree,
+                        is_leaf=lambda v: isinstance(v, Mirrored))
 
 
 # Masks of distributed batches, keyed by the id of each leaf of the batch. An entry lives as
