@@ -45,6 +45,29 @@ class Killer(mf.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def rows_from_function(strategy, x):
+    """Global batches of 12 rows built by one input pipeline per process, gathered back.
+
+    Pipeline ``p`` holds the rows ``p`` contributes to each global batch and yields them as
+    per-replica batches of 3; the last global batch (8 rows) is partial and padded.
+    """
+    global_batch = 12
+
+    def dataset_fn(context):
+        per_replica = context.get_per_replica_batch_size(global_batch)
+        per_pipeline = global_batch // context.num_input_pipelines
+        for start in range(0, len(x), global_batch):
+            rows = x[start:start + global_batch]
+            mine = rows[context.input_pipeline_id * per_pipeline:
+                        (context.input_pipeline_id + 1) * per_pipeline]
+            for i in range(0, len(mine), per_replica):
+                yield mine[i:i + per_replica]
+
+    dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    return np.concatenate([np.asarray(strategy.gather(strategy.run(lambda b: b, args=(b,))))
+                           for b in dataset])
+
+
 def per_rank(text, rank):
     values = [int(v) for v in text.split(",")]
     return values[rank] if len(values) > 1 else values[0]
@@ -81,6 +104,7 @@ def main():
     evaluated = model.evaluate(x, y, batch_size=24, verbose=0, return_dict=True)
     predicted = model.predict(x[:50], batch_size=12, verbose=0)  # 50 rows: padded batches
     np.savez(os.path.join(args.out, f"result-{rank}.npz"), *model.get_weights(),
+             from_function=rows_from_function(strategy, x[:44]),
              predicted=predicted, first_step=np.asarray(killer.first_step),
              replicas=np.asarray(strategy.num_replicas_in_sync),
              processes=np.asarray(jax.process_count()),

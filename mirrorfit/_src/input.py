@@ -59,11 +59,21 @@ def _to_numpy(batch: Any) -> Any:
     return jax.tree.map(np.asarray, batch)
 
 
-def distribute_batch(strategy: MirroredStrategy, batch: Any) -> Any:
-    """Pads a host global batch to a multiple of the replica count and shards it.
+def distribute_batch(strategy: MirroredStrategy, batch: Any, *,
+                     local_rows: int | None = None) -> Any:
+    """Pads a host batch, marks the padding, and shards it over the replicas.
+
+    Args:
+        strategy: where to place it.
+        batch: pytree of arrays ``[rows, ...]``: the global batch, or with ``local_rows``
+            this process's part of it.
+        local_rows: ``None`` for a global batch (padded to a multiple of the replica count);
+            else the static row count every process passes (its input pipeline's first
+            batch), which this batch is padded to.
 
     Raises:
-        ValueError: if the leaves have different leading sizes, or the batch is empty.
+        ValueError: if the leaves have different leading sizes, the batch is empty, or it
+            has more than ``local_rows`` rows.
     """
     batch = _to_numpy(batch)
     leaves = jax.tree.leaves(batch)
@@ -72,29 +82,37 @@ def distribute_batch(strategy: MirroredStrategy, batch: Any) -> Any:
         raise ValueError("Every leaf of a batch must have the same, non-zero leading (batch) "
                          f"size. Received: a batch with leading sizes {sizes}")
     rows = sizes[0]
-    padded = padded_size(rows, strategy.num_replicas_in_sync)
-    if padded != rows:
-        idx = np.resize(np.arange(rows), padded)
+    target = padded_size(rows, strategy.num_replicas_in_sync) if local_rows is None else local_rows
+    if rows > target:
+        raise ValueError(f"Every batch of an input pipeline must have at most as many rows as "
+                         f"its first one ({target}). Received: a batch with {rows} rows")
+    if target != rows:
+        idx = np.resize(np.arange(rows), target)
         batch = jax.tree.map(lambda a: np.take(a, idx, axis=0), batch)
-    global_batch = strategy.shard_batch(batch)
-    register_mask(global_batch, strategy.shard_batch(np.arange(padded) < rows))
-    return global_batch
+    place = strategy.shard_batch if local_rows is None else strategy.shard_local_batch
+    distributed = place(batch)
+    register_mask(distributed, place(np.arange(target) < rows))
+    return distributed
 
 
 class DistributedDataset:
-    """Iterable of distributed batches over an iterable of global batches.
+    """Iterable of distributed batches over an iterable of host batches.
 
-    Each pass over it iterates ``dataset`` again, one batch placed ahead.
+    Each pass over it iterates the source again, one batch placed ahead.
+
+    Args:
+        batches: returns a fresh iterator of host batches.
+        place: host batch -> distributed batch.
     """
 
-    def __init__(self, strategy: MirroredStrategy, batches: Callable[[], Iterator[Any]]):
-        self._strategy = strategy
+    def __init__(self, batches: Callable[[], Iterator[Any]], place: Callable[[Any], Any]):
         self._batches = batches
+        self._place = place
 
     def __iter__(self) -> Iterator[Any]:
         upcoming = None
         for batch in self._batches():
-            current, upcoming = upcoming, distribute_batch(self._strategy, batch)
+            current, upcoming = upcoming, self._place(batch)
             if current is not None:
                 yield current
         if upcoming is not None:
@@ -109,7 +127,7 @@ def experimental_distribute_dataset(strategy: MirroredStrategy, dataset: Iterabl
     except TypeError:
         raise TypeError("dataset must be an iterable of global batches (a list, a generator, a "
                         f"tf.data.Dataset, ...). Received: dataset={dataset!r}") from None
-    return DistributedDataset(strategy, lambda: iter(dataset))
+    return DistributedDataset(lambda: iter(dataset), lambda b: distribute_batch(strategy, b))
 
 
 def input_context(strategy: MirroredStrategy) -> InputContext:
@@ -128,7 +146,8 @@ def distribute_datasets_from_function(strategy: MirroredStrategy,
     local_replicas = strategy.num_replicas_in_sync // context.num_input_pipelines
 
     def batches():
-        # As in TF: the pipeline yields per-replica batches; each step takes one per replica.
+        # As in TF: the pipeline yields per-replica batches; each step takes one per local
+        # replica, and the processes' parts together make the global batch.
         iterator = iter(dataset_fn(context))
         while True:
             parts = [part for _, part in zip(range(local_replicas), iterator)]
@@ -136,4 +155,12 @@ def distribute_datasets_from_function(strategy: MirroredStrategy,
                 return
             yield jax.tree.map(lambda *leaves: np.concatenate(leaves), *map(_to_numpy, parts))
 
-    return DistributedDataset(strategy, batches)
+    static_rows: list[int] = []
+
+    def place(local_batch):
+        if not static_rows:  # the first batch fixes the shape every process passes
+            rows = jax.tree.leaves(_to_numpy(local_batch))[0].shape[0]
+            static_rows.append(padded_size(rows, local_replicas))
+        return distribute_batch(strategy, local_batch, local_rows=static_rows[0])
+
+    return DistributedDataset(batches, place)

@@ -199,9 +199,11 @@ def _joined(values: jax.Array, mask: jax.Array | None, axis: int):
     return joined, (mask.reshape(-1) if mask is not None and axis == 0 else None)
 
 
-@functools.partial(jax.jit, static_argnames=("op", "axis"))
-def _reduce_values(items, *, op: ReduceOp, axis: int | None):
-    """One compiled reduction for every `PerReplica` leaf: ``items`` are (values, mask)."""
+@functools.partial(jax.jit, static_argnames=("op", "axis", "sharding"))
+def _reduce_values(items, *, op: ReduceOp, axis: int | None, sharding):
+    """One compiled reduction for every `PerReplica` leaf: ``items`` are (values, mask).
+
+    Results are mirrored (``sharding`` is ``P()``), so every process can read them."""
     out = []
     for values, mask in items:
         if axis is None:
@@ -216,12 +218,13 @@ def _reduce_values(items, *, op: ReduceOp, axis: int | None):
         weights = rows.reshape(rows.shape + (1,) * (joined.ndim - 1))
         total = jnp.sum(jnp.where(weights, joined, 0), axis)
         out.append(total if op is ReduceOp.SUM else total / jnp.sum(rows))
-    return out
+    return jax.lax.with_sharding_constraint(out, sharding)
 
 
-@functools.partial(jax.jit, static_argnames=("axis",))
-def _gather_values(items, *, axis: int):
-    return [_joined(values, mask, axis)[0] for values, mask in items]
+@functools.partial(jax.jit, static_argnames=("axis", "sharding"))
+def _gather_values(items, *, axis: int, sharding):
+    return jax.lax.with_sharding_constraint(
+        [_joined(values, mask, axis)[0] for values, mask in items], sharding)
 
 
 def _apply(strategy, value, per_leaf, other):
@@ -258,7 +261,8 @@ def reduce(strategy: MirroredStrategy, reduce_op: Any, value: Any, axis: int | N
         return jnp.sum(v, axis) if op is ReduceOp.SUM else jnp.mean(v, axis)
 
     return _apply(strategy, value,
-                  lambda items: _reduce_values(items, op=op, axis=next(iter(axes))), other)
+                  lambda items: _reduce_values(items, op=op, axis=next(iter(axes)),
+                                                sharding=strategy.replicated_sharding), other)
 
 
 def gather(strategy: MirroredStrategy, value: Any, axis: int = 0) -> Any:
@@ -271,10 +275,10 @@ def gather(strategy: MirroredStrategy, value: Any, axis: int = 0) -> Any:
     norm = next(iter(axes))
 
     def per_leaf(items):
-        joined = _gather_values(items, axis=norm)
+        joined = _gather_values(items, axis=norm, sharding=strategy.replicated_sharding)
         if norm != 0:
             return joined
-        return [j if m is None else j[np.flatnonzero(np.asarray(m).reshape(-1))]
+        return [j if m is None else j[np.flatnonzero(strategy.fetch(m).reshape(-1))]
                 for j, (_, m) in zip(joined, items)]
 
     def other(v):

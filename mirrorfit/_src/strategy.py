@@ -251,6 +251,22 @@ class MirroredStrategy:
 
         return jax.tree.map(place, tree)
 
+    def shard_local_batch(self, tree: Any) -> Any:
+        """Places this process's rows of a global batch (one input pipeline per process).
+
+        Args:
+            tree: pytree of NumPy arrays ``[local_rows, ...]``; every process passes the same
+                ``local_rows``, a multiple of its local replica count.
+
+        Returns:
+            Global ``jax.Array`` s ``[local_rows * process_count, ...]`` sharded ``P("batch")``,
+            process ``p`` contributing rows ``p * local_rows`` onwards.
+        """
+        count = jax.process_count()
+        return jax.tree.map(
+            lambda leaf: jax.make_array_from_process_local_data(
+                self._batch_sharded, leaf, (leaf.shape[0] * count, *leaf.shape[1:])), tree)
+
     def fetch(self, tree: Any) -> Any:
         """Copies a pytree of global arrays to the host as NumPy, on every process.
 
