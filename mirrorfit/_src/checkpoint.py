@@ -133,18 +133,33 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
         "info": dict(info or {}),
     }
     root = Path(path).absolute()
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(f"*{_TMP_SUFFIX}*"):  # left by a crash mid-save
-        shutil.rmtree(stale, ignore_errors=True)
-    existing = versions(root)
-    number = 1 + (int(_VERSION.fullmatch(existing[0].name).group(1)) if existing else 0)
+    chief = jax.process_index() == 0
+    number = 0
+    if chief:  # one process numbers the version and tidies up; the others follow it
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f"*{_TMP_SUFFIX}*"):  # left by a crash mid-save
+            shutil.rmtree(stale, ignore_errors=True)
+        existing = versions(root)
+        number = 1 + (int(_VERSION.fullmatch(existing[0].name).group(1)) if existing else 0)
+    number = _from_chief(number)
     target = root / f"ckpt-{number}"
     with _checkpointer() as checkpointer:
         checkpointer.save(target, args=ocp.args.Composite(
             arrays=ocp.args.PyTreeSave(_nest(items)), meta=ocp.args.JsonSave(meta)))
-    for old in versions(root)[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
+    if chief:
+        for old in versions(root)[keep:]:
+            shutil.rmtree(old, ignore_errors=True)
+    _from_chief(number)  # nobody reads the directory while the chief still deletes
     return target
+
+
+def _from_chief(value: int) -> int:
+    """Process 0's ``value`` on every process (a no-op with one process)."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 
 # -- loading --------------------------------------------------------------------------------
