@@ -49,6 +49,12 @@ class LazyLogs(Mapping):
         return f"LazyLogs({dict(self)})"
 
 
+def chief_print(*args, **kwargs) -> None:
+    """``print`` on process 0 only, so a multi-process job prints each message once."""
+    if jax.process_index() == 0:
+        print(*args, **kwargs)
+
+
 def fetch_logs(values: Mapping[str, Any]) -> dict[str, float]:
     """Device metric values -> Python floats (one transfer for all of them)."""
     keys = sorted(values, key=lambda key: key != "loss")  # Keras order: loss, then metrics

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from mirrorfit._src import checkpoint as checkpoint_lib
-from mirrorfit._src.callbacks import Callback
+from mirrorfit._src.callbacks import Callback, chief_print
 from mirrorfit._src.keras_callbacks import check_save_freq, monitor_op, StepCounter
 from mirrorfit._src.trainer import ResumePoint
 
@@ -95,8 +95,8 @@ class ModelCheckpoint(Callback):
             self.model.save_weights(path)
         else:
             self.model.save(path)
-        if self.verbose > 0 and jax.process_index() == 0:
-            print(f"Epoch {epoch + 1}: saving model to {path}")
+        if self.verbose > 0:
+            chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
 
 class BackupAndRestore(Callback):

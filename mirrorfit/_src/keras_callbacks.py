@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.callbacks import _HOOKS, Callback
+from mirrorfit._src.callbacks import _HOOKS, Callback, chief_print
 
 NO_LEARNING_RATE = (
     "{name} needs an optimizer whose learning rate lives in its state: a mirrorfit optimizer "
@@ -174,10 +174,10 @@ class EarlyStopping(Callback):
 
     def on_train_end(self, logs=None):
         if self.stopped_epoch > 0 and self.verbose > 0:
-            print(f"Epoch {self.stopped_epoch + 1}: early stopping")
+            chief_print(f"Epoch {self.stopped_epoch + 1}: early stopping")
         if self.restore_best_weights and self.best_weights is not None:
             if self.verbose > 0:
-                print(f"Restoring model weights from the end of the best epoch: "
+                chief_print(f"Restoring model weights from the end of the best epoch: "
                       f"{self.best_epoch + 1}.")
             self.model.set_weights(self.best_weights)
 
@@ -191,7 +191,7 @@ class TerminateOnNaN(Callback):
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
-            print(f"Batch {batch}: Invalid loss, terminating training")
+            chief_print(f"Batch {batch}: Invalid loss, terminating training")
             self.model.stop_training = True
 
 
@@ -232,7 +232,8 @@ class LearningRateScheduler(Callback):
                              f"{new!r} for epoch {epoch}")
         set_learning_rate(self.model, float(new), "LearningRateScheduler")
         if self.verbose > 0:
-            print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {new}.")
+            chief_print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to "
+                        f"{new}.")
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
@@ -299,7 +300,8 @@ class ReduceLROnPlateau(Callback):
                 new = max(lr * self.factor, self.min_lr)
                 set_learning_rate(self.model, new, "ReduceLROnPlateau")
                 if self.verbose > 0:
-                    print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.")
+                    chief_print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate "
+                                f"to {new}.")
                 self.cooldown_counter = self.cooldown
                 self.wait = 0
 
