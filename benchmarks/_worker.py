@@ -8,7 +8,9 @@ builds one case's runner, then:
 2. for the reference case only (``--epochs 0``), calibrates how many rows and epochs make one
    repeat last about ``--target-seconds``; the other cases reuse those numbers so that every case
    in a group does the same work;
-3. times ``--repeats`` repeats, each ending with a block on the device work.
+3. times ``--repeats`` repeats, each ending with a block on the device work. The machine may be
+   shared, so each repeat also records how many CPU cores *other* processes kept busy meanwhile
+   (from ``/proc/stat`` minus this process's own CPU time).
 
 It writes a JSON result (throughput of every repeat, compile counts, host peak RSS, live device
 memory) to ``--result``; on an exception it writes ``{"status": "crashed: ..."}`` instead.
@@ -117,9 +119,20 @@ def calibrate(runner, x, y, args: argparse.Namespace, train: bool) -> tuple[int,
     return rows, max(1, round(target_rows / rows))
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds all processes but this one have been busy since boot (0 where not Linux)."""
+    try:
+        fields = open("/proc/stat").readline().split()[1:]
+        own = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[11:13]
+    except OSError:
+        return 0.0
+    ticks = [int(f) for f in fields[:8]]
+    busy = sum(ticks) - ticks[3] - ticks[4]  # minus idle and iowait
+    return (busy - int(own[0]) - int(own[1])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(args: argparse.Namespace) -> dict:
     import jax
-    import numpy as np
 
     from workloads import get_workload, make_data
 
@@ -139,18 +152,20 @@ def measure(args: argparse.Namespace) -> dict:
     if not (rows and epochs):
         rows, epochs = calibrate(runner, x, y, args, train)
     counter.phase = "timed"
-    rates = []
+    rates, others = [], []
     for _ in range(args.repeats):
-        start = time.perf_counter()
+        busy, start = busy_cpu_seconds(), time.perf_counter()
         examples = runner.run(x[:rows], y[:rows], epochs)
-        rates.append(examples / (time.perf_counter() - start))
+        elapsed = time.perf_counter() - start
+        rates.append(examples / elapsed)
+        others.append(max(0.0, (busy_cpu_seconds() - busy) / elapsed))
     device_bytes = sum(s.data.nbytes for a in jax.live_arrays() for s in a.addressable_shards)
     return {
         "status": "ok",
         "rows": rows,
         "epochs": epochs,
-        "examples_per_s": {"median": float(np.median(rates)), "min": min(rates),
-                           "max": max(rates), "all": rates},
+        "examples_per_s": rates,
+        "other_processes_cores": others,
         "compiles": {"first_call": counter.stats("first_call"), "timed": counter.stats("timed"),
                      "first_call_rows": warm},
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
