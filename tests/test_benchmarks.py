@@ -36,5 +36,5 @@ def test_run_quick_writes_json_and_markdown(tmp_path):
             assert r["ratio"] > 0 and r["rss_ratio"] > 0, r["case"]
     fit = next(r for r in rows if r["case"] == "mirrorfit_fit")
     assert fit["compiles"]["first_call"]["count"] >= 1
-    assert any(t["target"].startswith("mirrorfit_fit vs handwritten") for t in report["targets"])
+    assert any(t["target"] == "`mirrorfit_fit` vs `handwritten`" for t in report["targets"])
     assert "| handwritten |" in proc.stdout
