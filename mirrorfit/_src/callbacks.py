@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 from tqdm.auto import tqdm
 
 _HOOKS = (
@@ -26,40 +25,42 @@ _HOOKS = (
 
 
 class LazyLogs(Mapping):
-    """Metric values of one step, fetched from the device on first read (then cached)."""
+    """Metric values of one step, fetched from the device on first read (then cached).
 
-    __slots__ = ("_values", "_cache")
+    Args:
+        snapshot: the step's device values (an accumulator snapshot).
+        decode: turns ``snapshot`` into ``{name: float}``; called at most once.
+    """
 
-    def __init__(self, values: Mapping[str, Any]):
-        self._values = values
-        self._cache: dict[str, float] = {}
+    __slots__ = ("_snapshot", "_decode", "_values")
+
+    def __init__(self, snapshot: Any, decode: Callable[[Any], dict[str, float]]):
+        self._snapshot = snapshot
+        self._decode = decode
+        self._values: dict[str, float] | None = None
+
+    def _read(self) -> dict[str, float]:
+        if self._values is None:
+            self._values = self._decode(self._snapshot)
+        return self._values
 
     def __getitem__(self, key: str) -> float:
-        if key not in self._cache:
-            self._cache[key] = float(np.asarray(self._values[key]))
-        return self._cache[key]
+        return self._read()[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
+        return iter(self._read())
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._read())
 
     def __repr__(self) -> str:
-        return f"LazyLogs({dict(self)})"
+        return f"LazyLogs({self._read()})"
 
 
 def chief_print(*args, **kwargs) -> None:
     """``print`` on process 0 only, so a multi-process job prints each message once."""
     if jax.process_index() == 0:
         print(*args, **kwargs)
-
-
-def fetch_logs(values: Mapping[str, Any]) -> dict[str, float]:
-    """Device metric values -> Python floats (one transfer for all of them)."""
-    keys = sorted(values, key=lambda key: key != "loss")  # Keras order: loss, then metrics
-    host = jax.device_get([values[key] for key in keys])
-    return {key: float(value) for key, value in zip(keys, host)}
 
 
 class Callback:

@@ -3,24 +3,28 @@
 Each step sees one replica's shard of the global batch and talks to the other replicas only
 through collectives over the ``"batch"`` axis:
 
-* ``train(state, acc, batch) -> (state, acc, logs)``: forward, loss, ``jax.grad``, an
+* ``train(state, acc, batch) -> (state, acc, snapshot)``: forward, loss, ``jax.grad``, an
   all-reduce of the gradients, one optax update (identical on every replica);
-* ``evaluate(acc, state, batch) -> (acc, logs)``: forward in inference mode, statistics only;
+* ``evaluate(acc, state, batch) -> (acc, snapshot)``: forward in inference mode, statistics;
 * ``predict(state, x) -> y_pred``: forward in inference mode, rows stay sharded.
 
 Padding rows carry ``mask == 0``. Losses and metrics are sums over real rows, ``lax.psum``'d
 across replicas and divided by the ``psum`` of real-row counts, so every result equals the
 single-device value over the real examples. ``acc`` holds the running sums (sufficient
-statistics) of the epoch; ``logs`` are the metric values computed from them on device.
+statistics) of the epoch as one float32 vector (`StatsLayout` says which entries are whose),
+so a step adds them with one operation; ``snapshot`` is a copy of it that the next step does
+not donate. Metric values are computed from a snapshot on the host, when they are read.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 
@@ -60,17 +64,38 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: HostBatch) 
     return stats
 
 
-def results(cfg: StepConfig, acc: dict) -> dict[str, jax.Array]:
-    """Metric values from accumulated statistics: ``loss`` and each metric by name."""
-    loss = acc["loss"]
-    logs = {"loss": loss["total"] / jnp.maximum(loss["count"], 1.0)}
+def results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
+    """Metric values from accumulated statistics: ``loss`` first, then each metric by name."""
+    loss = stats["loss"]
+    logs = {"loss": loss["total"] / max(float(loss["count"]), 1.0)}
     for metric in cfg.metrics:
-        logs[metric.name] = metric.result(acc[metric.name])
+        logs[metric.name] = metric.result(stats[metric.name])
     return logs
 
 
-def _add(acc, stats):
-    return jax.tree.map(jnp.add, acc, lax.psum(stats, BATCH_AXIS))
+def _flat(stats: dict) -> jax.Array:
+    """The statistics as one float32 vector, in `StatsLayout` order."""
+    return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(stats)])
+
+
+class StatsLayout(NamedTuple):
+    """Where each statistic sits in the flat accumulator vector."""
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def size(self) -> int:
+        return sum(math.prod(shape) for shape in self.shapes)
+
+    def unflatten(self, vector: np.ndarray) -> dict:
+        """Host vector ``[size]`` -> the statistics pytree (NumPy leaves)."""
+        leaves, start = [], 0
+        for shape in self.shapes:
+            stop = start + math.prod(shape)
+            leaves.append(vector[start:stop].reshape(shape))
+            start = stop
+        return jax.tree.unflatten(self.treedef, leaves)
 
 
 def _mean_model_state(model_state):
@@ -82,7 +107,7 @@ def _mean_model_state(model_state):
 
 
 def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
-    """The per-replica train step ``(state, acc, batch) -> (state, acc, logs)``.
+    """The per-replica train step ``(state, acc, batch) -> (state, acc, snapshot)``.
 
     The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r`` (rows
     ``i``, real-row counts ``n_r``): the gradient of the global batch's mean loss, exactly as
@@ -91,7 +116,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
     ``steps_per_execution`` group) leaves the state unchanged.
     """
 
-    def step(state: TrainState, acc: dict, batch: HostBatch):
+    def step(state: TrainState, acc: jax.Array, batch: HostBatch):
         rng = step_rng(state, lax.axis_index(BATCH_AXIS))
 
         def objective(params):
@@ -118,8 +143,8 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         )
         if skip_empty:
             new_state = jax.tree.map(lambda n, o: jnp.where(count > 0, n, o), new_state, state)
-        acc = jax.tree.map(jnp.add, acc, stats)
-        return new_state, acc, results(cfg, acc)
+        acc = acc + _flat(stats)
+        return new_state, acc, acc
 
     return step
 
@@ -128,26 +153,27 @@ def make_multi_train_step(cfg: StepConfig) -> Callable:
     """``K`` train steps in one device call: ``lax.scan`` over ``[K, batch, ...]`` inputs."""
     single = make_train_step(cfg, skip_empty=True)
 
-    def step(state: TrainState, acc: dict, batches: HostBatch):
+    def step(state: TrainState, acc: jax.Array, batches: HostBatch):
         def body(carry, batch):
             state, acc, _ = single(*carry, batch)
             return (state, acc), None
 
         (state, acc), _ = lax.scan(body, (state, acc), batches)
-        return state, acc, results(cfg, acc)
+        return state, acc, acc
 
     return step
 
 
 def make_eval_step(cfg: StepConfig) -> Callable:
-    """The per-replica evaluation step ``(acc, state, batch) -> (acc, logs)``."""
+    """The per-replica evaluation step ``(acc, state, batch) -> (acc, snapshot)``."""
 
-    def step(acc: dict, state: TrainState, batch: HostBatch):
+    def step(acc: jax.Array, state: TrainState, batch: HostBatch):
         y_pred, _ = cfg.adapter.apply(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
-        acc = _add(acc, _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch))
-        return acc, results(cfg, acc)
+        stats = _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch)
+        acc = acc + _flat(lax.psum(stats, BATCH_AXIS))
+        return acc, acc
 
     return step
 
@@ -162,8 +188,8 @@ def make_predict_step(adapter: ModuleAdapter) -> Callable:
     return step
 
 
-def init_statistics(cfg: StepConfig, state: TrainState, batch: HostBatch) -> dict:
-    """Zero accumulators with the structure `_statistics` produces for ``batch``."""
+def statistics_layout(cfg: StepConfig, state: TrainState, batch: HostBatch) -> StatsLayout:
+    """The layout of the statistics `_statistics` produces for batches like ``batch``."""
 
     def local(state, batch):
         y_pred, _ = cfg.adapter.apply(
@@ -171,5 +197,5 @@ def init_statistics(cfg: StepConfig, state: TrainState, batch: HostBatch) -> dic
         )
         return _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch)
 
-    shapes = jax.eval_shape(local, state, batch)
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    leaves, treedef = jax.tree.flatten(jax.eval_shape(local, state, batch))
+    return StatsLayout(treedef, tuple(tuple(leaf.shape) for leaf in leaves))

@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src import steps as steps_lib
-from mirrorfit._src.callbacks import CallbackList, History, LazyLogs, ProgbarLogger, fetch_logs
+from mirrorfit._src.callbacks import CallbackList, History, LazyLogs, ProgbarLogger
 from mirrorfit._src.data import HostBatch, place_batches
 from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
 from mirrorfit._src.run import replica_function
@@ -67,7 +67,8 @@ class Trainer:
         self.strategy = strategy
         self.config = config
         self.steps_per_execution = steps_per_execution
-        self._zeros: Any = None
+        self._layout: steps_lib.StatsLayout | None = None
+        self._zeros: np.ndarray | None = None
         self._warned_not_probabilities = False
         if steps_per_execution > 1:
             self._train_step = steps_lib.make_multi_train_step(config)
@@ -81,22 +82,23 @@ class Trainer:
     # -- accumulators ---------------------------------------------------------------------
 
     def _fresh_statistics(self, state, batch: HostBatch):
-        if self._zeros is None:
+        """Zero accumulators (a float32 vector, mirrored) for statistics of ``batch``."""
+        if self._layout is None:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 sample = jax.tree.map(lambda a: a[0], batch)
-            self._zeros = jax.device_get(steps_lib.init_statistics(self.config, state, sample))
+            self._layout = steps_lib.statistics_layout(self.config, state, sample)
+            self._zeros = np.zeros(self._layout.size, np.float32)
         return self.strategy.replicate_arrays(self._zeros)
 
-    def _epoch_logs(self, acc, logs) -> dict[str, float]:
-        values = fetch_logs(logs)
-        if not self._warned_not_probabilities and steps_lib.NOT_PROBABILITIES in acc:
-            if float(acc[steps_lib.NOT_PROBABILITIES]) > 0:
-                self._warned_not_probabilities = True
-                name = getattr(self.config.loss, "name", type(self.config.loss).__name__)
-                warnings.warn(NOT_PROBABILITIES_WARNING.format(name=name), UserWarning,
-                              stacklevel=4)
-        return values
+    def _decode(self, snapshot) -> dict[str, float]:
+        """Metric values (Python floats, loss first) from an accumulator snapshot."""
+        stats = self._layout.unflatten(np.asarray(self.strategy.fetch(snapshot)))
+        if not self._warned_not_probabilities and stats.get(steps_lib.NOT_PROBABILITIES, 0) > 0:
+            self._warned_not_probabilities = True
+            name = getattr(self.config.loss, "name", type(self.config.loss).__name__)
+            warnings.warn(NOT_PROBABILITIES_WARNING.format(name=name), UserWarning, stacklevel=5)
+        return {key: float(value) for key, value in steps_lib.results(self.config, stats).items()}
 
     # -- loops ----------------------------------------------------------------------------
 
@@ -157,15 +159,15 @@ class Trainer:
             model._state = state
             batch = next(batches, None)  # the next transfer overlaps this step
             if previous is not None:
-                previous["loss"].block_until_ready()  # at most two steps in flight
+                previous.block_until_ready()  # at most two steps in flight
             previous = logs
             step += group
             done = step if data.steps is None else min(step, data.steps)
             self.progress = Progress(epoch, done, batch is None, acc)
-            callbacks.on_train_batch_end(done - 1, LazyLogs(logs))
+            callbacks.on_train_batch_end(done - 1, LazyLogs(logs, self._decode))
             if model.stop_training:
                 break
-        return self._epoch_logs(acc, logs)
+        return self._decode(logs)
 
     def evaluate(self, model, data, callbacks) -> dict[str, float]:
         callbacks.on_test_begin()
@@ -183,11 +185,11 @@ class Trainer:
             acc, logs = self.eval_fn(acc, model._state, batch)
             batch = next(batches, None)
             if previous is not None:
-                previous["loss"].block_until_ready()
+                previous.block_until_ready()
             previous = logs
-            callbacks.on_test_batch_end(step, LazyLogs(logs))
+            callbacks.on_test_batch_end(step, LazyLogs(logs, self._decode))
             step += 1
-        values = self._epoch_logs(acc, logs)
+        values = self._decode(logs)
         callbacks.on_test_end(values)
         return values
 
