@@ -171,7 +171,8 @@ def test_place_batches_puts_padded_rows_over_replicas_and_reuses_full_mask():
     placed = list(data_lib.place_batches(data.batches(0), strategy))
     assert len(placed) == 3
     for b in placed:
-        for leaf in (b.x, b.y, b.weight, b.mask):
+        assert b.weight is None  # no sample weights: the steps weight by the mask
+        for leaf in (b.x, b.y, b.mask):
             assert leaf.shape[0] == 21
             assert leaf.sharding.device_set == set(strategy.devices)
             assert [s.data.shape[0] for s in leaf.addressable_shards] == [7, 7, 7]

@@ -28,7 +28,9 @@ class HostBatch(NamedTuple):
 
     x: Any  # pytree, leaves [padded_batch, ...] ([K, padded_batch, ...] when stacked)
     y: Any  # pytree like x, or None for predict
-    weight: np.ndarray  # float32 [padded_batch]: sample_weight, 0.0 on padding rows
+    weight: np.ndarray | None  # float32 [padded_batch]: sample_weight, 0.0 on padding rows;
+    #                            the mask object itself without sample weights (None on
+    #                            the mesh, where the steps then use the mask)
     mask: np.ndarray  # float32 [padded_batch]: 1.0 for real rows, 0.0 for padding
 
 
@@ -192,11 +194,12 @@ class ArrayData:
             return np.take(a, idx, axis=0).reshape(shape + a.shape[1:])
 
         stack = (lambda vs: np.stack(vs)) if group > 1 else (lambda vs: vs[0])
+        mask = stack(masks)
         return HostBatch(
             x=jax.tree.map(take, self.x),
             y=None if self.y is None else jax.tree.map(take, self.y),
-            weight=stack(weights),
-            mask=stack(masks),
+            weight=mask if self.sample_weight is None else stack(weights),
+            mask=mask,
         )
 
 
@@ -255,8 +258,10 @@ class IterableData:
             raise ValueError("The input iterable is empty: it yielded no batch. Received: x="
                              f"{self._data!r}")
         if pending:
-            filler = pending[-1]._replace(weight=np.zeros_like(pending[-1].weight),
-                                          mask=np.zeros_like(pending[-1].mask))
+            last = pending[-1]
+            zeros = np.zeros_like(last.mask)
+            filler = last._replace(mask=zeros, weight=zeros if last.weight is last.mask
+                                   else np.zeros_like(last.weight))
             yield _stack(pending + [filler] * (group - len(pending)), group)
 
     def _pad(self, x, y, sample_weight) -> HostBatch:
@@ -285,7 +290,10 @@ class IterableData:
 def _stack(batches: list[HostBatch], group: int) -> HostBatch:
     if group == 1:
         return batches[0]
-    return jax.tree.map(lambda *leaves: np.stack(leaves), *batches)
+    stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *batches)
+    if all(batch.weight is batch.mask for batch in batches):
+        stacked = stacked._replace(weight=stacked.mask)
+    return stacked
 
 
 def place_batches(batches: Iterable[HostBatch], strategy: MirroredStrategy, *, group: int = 1
@@ -293,7 +301,8 @@ def place_batches(batches: Iterable[HostBatch], strategy: MirroredStrategy, *, g
     """Moves host batches onto the mesh, split over replicas (``P("batch")``).
 
     A mask that repeats (the all-ones mask of full batches is one shared array) is
-    transferred once and reused, so a full batch costs only the transfer of x and y.
+    transferred once and reused, and without sample weights no weight array is sent (the
+    steps weight by the mask), so a full batch costs only the transfer of x and y.
     """
     leading = 1 if group > 1 else 0
     last_mask: list[Any] = [None, None]  # (host mask, its device copy)
@@ -301,7 +310,6 @@ def place_batches(batches: Iterable[HostBatch], strategy: MirroredStrategy, *, g
         x, y = strategy.shard_batch((batch.x, batch.y), leading_axes=leading)
         if batch.mask is not last_mask[0]:
             last_mask[:] = batch.mask, strategy.shard_batch(batch.mask, leading_axes=leading)
-        mask = last_mask[1]
-        weight = mask if batch.weight is batch.mask else strategy.shard_batch(
+        weight = None if batch.weight is batch.mask else strategy.shard_batch(
             batch.weight, leading_axes=leading)
-        yield HostBatch(x, y, weight, mask)
+        yield HostBatch(x, y, weight, last_mask[1])

@@ -17,11 +17,24 @@ the last step.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
+
+
+# Hyperparameters other than the learning rate stay compile-time constants: only the learning
+# rate is changed during training (by the learning-rate callbacks), and every array in the
+# optimizer state is one more buffer per device in each step.
+_STATIC = ("b1", "b2", "eps_root", "weight_decay", "momentum", "decay", "initial_scale")
+
+
+def _injected(factory: Callable[..., optax.GradientTransformation]):
+    """``optax.inject_hyperparams(factory)`` with the `_STATIC` arguments it has kept static."""
+    names = set(inspect.signature(factory).parameters)
+    return optax.inject_hyperparams(factory, static_args=tuple(a for a in _STATIC if a in names))
 
 
 def _keras_adam_eps(epsilon: float, beta_2: float) -> Callable[[jax.Array], jax.Array]:
@@ -57,7 +70,7 @@ def Adam(  # noqa: N802 - named as tf.keras.optimizers.Adam.
         >>> float(state.hyperparams["learning_rate"])
         9.999999747378752e-05
     """
-    return optax.inject_hyperparams(optax.adam)(
+    return _injected(optax.adam)(
         learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=_keras_adam_eps(epsilon, beta_2)
     )
 
@@ -84,7 +97,7 @@ def AdamW(  # noqa: N802 - named as tf.keras.optimizers.AdamW.
     Returns:
         An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
     """
-    return optax.inject_hyperparams(optax.adamw)(
+    return _injected(optax.adamw)(
         learning_rate=learning_rate,
         b1=beta_1,
         b2=beta_2,
@@ -111,7 +124,7 @@ def SGD(  # noqa: N802 - named as tf.keras.optimizers.SGD.
     Returns:
         An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
     """
-    return optax.inject_hyperparams(optax.sgd)(
+    return _injected(optax.sgd)(
         learning_rate=learning_rate, momentum=momentum or None, nesterov=nesterov
     )
 
@@ -138,7 +151,7 @@ def RMSprop(  # noqa: N802 - named as tf.keras.optimizers.RMSprop.
     Returns:
         An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
     """
-    return optax.inject_hyperparams(optax.rmsprop)(
+    return _injected(optax.rmsprop)(
         learning_rate=learning_rate,
         decay=rho,
         eps=epsilon,

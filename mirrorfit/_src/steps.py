@@ -51,12 +51,17 @@ def _masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(weight != 0, values * weight, 0.0))
 
 
+def _weight(batch: HostBatch) -> jax.Array:
+    """Per-example weights ``[batch]``: the sample weights, or the mask when there are none."""
+    return batch.mask if batch.weight is None else batch.weight
+
+
 def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: HostBatch) -> dict:
     """Per-replica sums for the loss and every metric (not yet all-reduced)."""
-    stats = {"loss": {"total": _masked_sum(per_example_loss, batch.weight),
+    stats = {"loss": {"total": _masked_sum(per_example_loss, _weight(batch)),
                       "count": jnp.sum(batch.mask)}}
     for metric in cfg.metrics:
-        stats[metric.name] = metric.update(y, y_pred, batch.weight)
+        stats[metric.name] = metric.update(y, y_pred, _weight(batch))
     check = getattr(cfg.loss, "not_probabilities", None)
     flags = check(y_pred) if check is not None else None
     if flags is not None:
@@ -124,7 +129,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
                 params, state.model_state, batch.x, train=True, rng=rng
             )
             per_example = cfg.loss(batch.y, y_pred)
-            return _masked_sum(per_example, batch.weight), (y_pred, per_example, model_state)
+            return _masked_sum(per_example, _weight(batch)), (y_pred, per_example, model_state)
 
         local_grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
             state.params

@@ -236,10 +236,8 @@ class MirroredStrategy:
         sharding = self._batch_sharded
         if leading_axes:
             sharding = NamedSharding(self._mesh, P(*([None] * leading_axes), BATCH_AXIS))
-        if jax.process_count() == 1:
-            return jax.tree.map(
-                lambda leaf: jax.make_array_from_process_local_data(sharding, leaf), tree
-            )
+        if jax.process_count() == 1:  # one call for the whole tree: one batched transfer
+            return jax.make_array_from_process_local_data(sharding, tree)
 
         def place(leaf):
             # Several processes: each holds the whole global batch and passes on only the

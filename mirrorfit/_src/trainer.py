@@ -75,9 +75,10 @@ class Trainer:
         else:
             self._train_step = steps_lib.make_train_step(config)
         self._eval_step = steps_lib.make_eval_step(config)
-        # Compiled on the first batch, through the machinery of ``strategy.run``.
-        self.train_fn: Any = None
-        self.eval_fn: Any = None
+        # Compiled on the first batch, through the machinery of ``strategy.run``, once per
+        # argument structure (a batch with or without sample weights).
+        self._compiled: dict[Any, Any] = {}
+        self.train_fn: Any = None  # the newest compiled train step
 
     # -- accumulators ---------------------------------------------------------------------
 
@@ -99,6 +100,13 @@ class Trainer:
             name = getattr(self.config.loss, "name", type(self.config.loss).__name__)
             warnings.warn(NOT_PROBABILITIES_WARNING.format(name=name), UserWarning, stacklevel=5)
         return {key: float(value) for key, value in steps_lib.results(self.config, stats).items()}
+
+    def _compile(self, step, example_args, out_specs, *, donate_argnums):
+        key = (step, jax.tree.structure(example_args))
+        if key not in self._compiled:
+            self._compiled[key] = replica_function(self.strategy, step, example_args, out_specs,
+                                                   donate_argnums=donate_argnums)
+        return self._compiled[key]
 
     # -- loops ----------------------------------------------------------------------------
 
@@ -146,10 +154,8 @@ class Trainer:
                                 self.strategy, group=group)
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
-        if self.train_fn is None:
-            self.train_fn = replica_function(self.strategy, self._train_step,
-                                             (model._state, acc, batch), (P(), P(), P()),
-                                             donate_argnums=(0, 1))
+        self.train_fn = self._compile(self._train_step, (model._state, acc, batch),
+                                      (P(), P(), P()), donate_argnums=(0, 1))
         if resume is not None and resume.acc is not None:
             acc = self.strategy.replicate_arrays(resume.acc(self._zeros))
         previous = None
@@ -174,15 +180,13 @@ class Trainer:
         batches = place_batches(data.batches(0), self.strategy)
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
-        if self.eval_fn is None:
-            self.eval_fn = replica_function(self.strategy, self._eval_step,
-                                            (acc, model._state, batch), (P(), P()),
-                                            donate_argnums=0)
+        eval_fn = self._compile(self._eval_step, (acc, model._state, batch), (P(), P()),
+                                donate_argnums=0)
         previous = None
         step = 0
         while batch is not None:
             callbacks.on_test_batch_begin(step)
-            acc, logs = self.eval_fn(acc, model._state, batch)
+            acc, logs = eval_fn(acc, model._state, batch)
             batch = next(batches, None)
             if previous is not None:
                 previous.block_until_ready()
