@@ -50,7 +50,7 @@ def plan(quick: bool) -> tuple[dict, list[dict]]:
                   dict(model="mlp", devices=2, batch=64, n=2048, cases=EVALUATE),
                   dict(model="mlp", devices=2, batch=64, n=2048, cases=PREDICT)]
         return settings, groups
-    settings = {"rounds": 3, "repeats": 2, "target_seconds": 1.5, "warmup_steps": 8,
+    settings = {"rounds": 3, "repeats": 2, "target_seconds": 1.2, "warmup_steps": 8,
                 "timeout_s": 300}
     groups = []
     for batch in (32, 256):
@@ -251,8 +251,10 @@ def machine() -> dict:
         names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                  if ln.startswith("model name")]
         cpu = names[0] if names else cpu
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                            capture_output=True).stdout.strip()
+    git = lambda *a: subprocess.run(["git", *a], cwd=HERE, text=True,  # noqa: E731
+                                    capture_output=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain",
+                                                                     "../mirrorfit") else "")
     return {"slug": f"cpu-{os.cpu_count()}core", "cpu": cpu, "cpus": os.cpu_count(),
             "python": platform.python_version(), "jax": importlib.metadata.version("jax"),
             "numpy": np.__version__, "mirrorfit_commit": commit or "unknown"}
@@ -264,10 +266,10 @@ def main(argv=None) -> Path:
     p.add_argument("--out", type=Path, default=HERE / "results", help="output directory")
     args = p.parse_args(argv)
     settings, groups = plan(args.quick)
+    info = machine()  # before the run: the commit measured, not the one at the end
     rows = []
     for group in groups:
         rows += run_group(group, settings)
-    info = machine()
     report = {"machine": info, "date": datetime.date.today().isoformat(), "quick": args.quick,
               "settings": settings, "results": rows, "targets": targets(rows)}
     args.out.mkdir(parents=True, exist_ok=True)
