@@ -2,14 +2,15 @@
 
 Usage::
 
-    python benchmarks/run.py            # full suite (about 15 minutes on 2 CPU cores)
+    python benchmarks/run.py            # full suite (20-30 minutes on 2 CPU cores)
     python benchmarks/run.py --quick    # tiny smoke run (well under a minute)
     python benchmarks/run.py --out DIR  # write results to DIR instead of benchmarks/results
 
 Cases are grouped by workload (model, simulated devices D, global batch). In each group the
 hand-written reference runs first and calibrates the work per repeat; every other case then does
-exactly that work, in a fresh subprocess (``_worker.py``) with a timeout, and is reported with
-its ratio to the matching hand-written loop. The run writes ``<machine>-<date>.json`` and ``.md``
+exactly that work. Every measurement is a fresh subprocess (``_worker.py``) with a timeout, and
+the group's cases run in interleaved rounds; each case is reported with its ratio to the
+matching hand-written loop. The run writes ``<machine>-<date>.json`` and ``.md``
 and prints the markdown tables. Nothing here asserts on speed: the targets table shows what was met.
 """
 
