@@ -176,12 +176,19 @@ class ArrayData:
                 masks.append(mask)
                 weights.append(mask if self.sample_weight is None
                                else self.sample_weight[idx] * mask)
-            idx = np.concatenate(indices) if group > 1 else indices[0]
+            if group > 1:
+                idx = np.concatenate([np.arange(self.num_examples)[i] if isinstance(i, slice)
+                                      else i for i in indices])
+            else:
+                idx = indices[0]
             yield self._gather(idx, weights, masks, group)
 
     def _step_indices(self, order, step):
+        """Rows of a step: a slice when they are in order and need no padding (no copy)."""
         start = step * self.batch_size
         stop = min(start + self.batch_size, self.num_examples)
+        if order is None and stop - start == self.padded_batch_size:
+            return slice(start, stop), stop - start
         idx = np.arange(start, stop) if order is None else order[start:stop]
         if len(idx) < self.padded_batch_size:  # pad by repeating real rows
             idx = np.concatenate([idx, np.resize(idx, self.padded_batch_size - len(idx))])
@@ -191,6 +198,8 @@ class ArrayData:
         shape = (group, self.padded_batch_size) if group > 1 else (self.padded_batch_size,)
 
         def take(a):
+            if isinstance(idx, slice):
+                return a[idx]
             return np.take(a, idx, axis=0).reshape(shape + a.shape[1:])
 
         stack = (lambda vs: np.stack(vs)) if group > 1 else (lambda vs: vs[0])
