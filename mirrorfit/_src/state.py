@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -42,8 +41,3 @@ def step_rng(state: TrainState, replica_id: jax.Array) -> jax.Array:
     dropout masks, and each replica draws its own.
     """
     return jax.random.fold_in(jax.random.fold_in(state.rng, state.step), replica_id)
-
-
-def zeros_like_tree(tree: Any) -> Any:
-    """Float32/any-dtype zeros with the shapes of ``tree`` (arrays or ShapeDtypeStructs)."""
-    return jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), tree)
