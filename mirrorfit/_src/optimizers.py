@@ -9,10 +9,9 @@ learning-rate callback can read and replace it between steps without
 recompiling the train step.
 
 Keras' Adam uses "epsilon hat": ``lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``,
-which equals optax's bias-corrected ``m_hat / (sqrt(v_hat) + eps_t)`` with
-``eps_t = eps / sqrt(1 - b2^t)``. Adam and AdamW therefore pass that ``eps_t`` as
-a schedule of the step count; ``opt_state.hyperparams["eps"]`` shows the value of
-the last step.
+which optax's ``scale_by_adam`` (``m_hat / (sqrt(v_hat) + eps)``) only matches with an
+``eps`` that changes every step. Adam and AdamW therefore use `scale_by_keras_adam`, which
+computes Keras' formula directly with optax's moment updates and ``ScaleByAdamState``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import optax
 # Hyperparameters other than the learning rate stay compile-time constants: only the learning
 # rate is changed during training (by the learning-rate callbacks), and every array in the
 # optimizer state is one more buffer per device in each step.
-_STATIC = ("b1", "b2", "eps_root", "weight_decay", "momentum", "decay", "initial_scale")
+_STATIC = ("b1", "b2", "eps", "eps_root", "weight_decay", "momentum", "decay", "initial_scale")
 
 
 def _injected(factory: Callable[..., optax.GradientTransformation]):
@@ -37,14 +36,52 @@ def _injected(factory: Callable[..., optax.GradientTransformation]):
     return optax.inject_hyperparams(factory, static_args=tuple(a for a in _STATIC if a in names))
 
 
-def _keras_adam_eps(epsilon: float, beta_2: float) -> Callable[[jax.Array], jax.Array]:
-    """Schedule ``count -> epsilon / sqrt(1 - beta_2^(count + 1))`` (Keras' epsilon hat)."""
+def scale_by_keras_adam(b1: float, b2: float, eps: float) -> optax.GradientTransformation:
+    """Keras 3's Adam direction ``sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``.
 
-    def eps(count: jax.Array) -> jax.Array:
-        step = jnp.asarray(count, jnp.float32) + 1.0
-        return epsilon / jnp.sqrt(1.0 - jnp.float32(beta_2) ** step)
+    ``m`` and ``v`` are optax's first and second moments (``optax.scale_by_adam``'s state),
+    ``t`` the number of updates including this one. Chain with
+    ``optax.scale_by_learning_rate`` for the step ``-lr * direction``.
 
-    return eps
+    Args:
+        b1: decay of the first-moment estimate.
+        b2: decay of the second-moment estimate.
+        eps: Keras' "epsilon hat", added to ``sqrt(v)`` before bias correction.
+
+    Returns:
+        An ``optax.GradientTransformation`` with state ``optax.ScaleByAdamState``.
+
+    Example:
+        >>> direction = scale_by_keras_adam(0.9, 0.999, 1e-7)
+        >>> state = direction.init(jnp.zeros(2))
+        >>> direction.update(jnp.ones(2), state)[0]
+        Array([0.9999901, 0.9999901], dtype=float32)
+    """
+
+    def init(params):
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32),
+                                      mu=optax.tree.zeros_like(params),
+                                      nu=optax.tree.zeros_like(params))
+
+    def update(updates, state, params=None):
+        del params
+        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
+        count = optax.safe_increment(state.count)
+        t = count.astype(jnp.float32)
+        alpha = jnp.sqrt(1.0 - jnp.float32(b2) ** t) / (1.0 - jnp.float32(b1) ** t)
+        updates = jax.tree.map(lambda m, v: alpha * m / (jnp.sqrt(v) + eps), mu, nu)
+        return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+def _keras_adam(learning_rate, b1: float, b2: float, eps: float, weight_decay: float = 0.0
+                ) -> optax.GradientTransformation:
+    """Keras' (W)Adam: `scale_by_keras_adam`, decoupled weight decay, ``-learning_rate``."""
+    decay = [optax.add_decayed_weights(weight_decay)] if weight_decay else []
+    return optax.chain(scale_by_keras_adam(b1, b2, eps), *decay,
+                       optax.scale_by_learning_rate(learning_rate))
 
 
 def Adam(  # noqa: N802 - named as tf.keras.optimizers.Adam.
@@ -70,9 +107,7 @@ def Adam(  # noqa: N802 - named as tf.keras.optimizers.Adam.
         >>> float(state.hyperparams["learning_rate"])
         9.999999747378752e-05
     """
-    return _injected(optax.adam)(
-        learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=_keras_adam_eps(epsilon, beta_2)
-    )
+    return _injected(_keras_adam)(learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=epsilon)
 
 
 def AdamW(  # noqa: N802 - named as tf.keras.optimizers.AdamW.
@@ -97,13 +132,8 @@ def AdamW(  # noqa: N802 - named as tf.keras.optimizers.AdamW.
     Returns:
         An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
     """
-    return _injected(optax.adamw)(
-        learning_rate=learning_rate,
-        b1=beta_1,
-        b2=beta_2,
-        eps=_keras_adam_eps(epsilon, beta_2),
-        weight_decay=weight_decay,
-    )
+    return _injected(_keras_adam)(learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=epsilon,
+                                  weight_decay=weight_decay)
 
 
 def SGD(  # noqa: N802 - named as tf.keras.optimizers.SGD.

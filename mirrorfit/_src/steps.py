@@ -3,17 +3,23 @@
 Each step sees one replica's shard of the global batch and talks to the other replicas only
 through collectives over the ``"batch"`` axis:
 
-* ``train(state, acc, batch) -> (state, acc, snapshot)``: forward, loss, ``jax.grad``, an
+* ``train(state, acc, batch) -> (state, acc)``: forward, loss, ``jax.grad``, an
   all-reduce of the gradients, one optax update (identical on every replica);
-* ``evaluate(acc, state, batch) -> (acc, snapshot)``: forward in inference mode, statistics;
+* ``evaluate(acc, state, batch) -> acc``: forward in inference mode, statistics;
 * ``predict(state, x) -> y_pred``: forward in inference mode, rows stay sharded.
 
 Padding rows carry ``mask == 0``. Losses and metrics are sums over real rows, ``lax.psum``'d
 across replicas and divided by the ``psum`` of real-row counts, so every result equals the
 single-device value over the real examples. ``acc`` holds the running sums (sufficient
 statistics) of the epoch as one float32 vector (`StatsLayout` says which entries are whose),
-so a step adds them with one operation; ``snapshot`` is a copy of it that the next step does
-not donate. Metric values are computed from a snapshot on the host, when they are read.
+all-reduced as one operand and added with one operation. It is not donated: each step's
+``acc`` is a new array that later steps leave alone, so the host can read it while they run.
+Metric values are computed from it on the host, when they are read.
+
+Every operation in a step runs once per replica, and on XLA:CPU each costs microseconds
+however small its arrays, so the steps keep the compiled program short: one all-reduce with
+one operand per gradient leaf plus one for all statistics, multiplies rather than divides
+where XLA should fuse them into their consumers.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
+from jax.flatten_util import ravel_pytree
 
 from mirrorfit._src.data import HostBatch
 from mirrorfit._src.modules import ModuleAdapter
@@ -78,9 +85,13 @@ def results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
     return logs
 
 
-def _flat(stats: dict) -> jax.Array:
-    """The statistics as one float32 vector, in `StatsLayout` order."""
-    return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(stats)])
+def _flat(stats: dict) -> tuple[jax.Array, Callable[[jax.Array], dict]]:
+    """The statistics as one float32 vector in `StatsLayout` order, and its inverse.
+
+    One vector is one operand of the all-reduce: XLA:CPU rendezvous once per operand, so
+    every extra operand costs as much as a small all-reduce.
+    """
+    return ravel_pytree(jax.tree.map(lambda leaf: jnp.asarray(leaf, jnp.float32), stats))
 
 
 class StatsLayout(NamedTuple):
@@ -112,7 +123,7 @@ def _mean_model_state(model_state):
 
 
 def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
-    """The per-replica train step ``(state, acc, batch) -> (state, acc, snapshot)``.
+    """The per-replica train step ``(state, acc, batch) -> (state, acc)``.
 
     The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r`` (rows
     ``i``, real-row counts ``n_r``): the gradient of the global batch's mean loss, exactly as
@@ -134,10 +145,13 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         local_grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
             state.params
         )
-        stats = _statistics(cfg, batch.y, y_pred, per_example, batch)
+        stats, unflatten = _flat(_statistics(cfg, batch.y, y_pred, per_example, batch))
         grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
-        count = stats["loss"]["count"]
-        grads = jax.tree.map(lambda g: g / jnp.maximum(count, 1.0), grad_sum)
+        count = unflatten(stats)["loss"]["count"]
+        # A multiply, not a divide: XLA duplicates it into each consumer (the moment updates),
+        # where a divide would be one more kernel per gradient leaf.
+        scale = 1.0 / jnp.maximum(count, 1.0)
+        grads = jax.tree.map(lambda g: g * scale, grad_sum)
         updates, opt_state = cfg.optimizer.update(grads, state.opt_state, state.params)
         new_state = TrainState(
             params=optax.apply_updates(state.params, updates),
@@ -148,8 +162,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         )
         if skip_empty:
             new_state = jax.tree.map(lambda n, o: jnp.where(count > 0, n, o), new_state, state)
-        acc = acc + _flat(stats)
-        return new_state, acc, acc
+        return new_state, acc + stats
 
     return step
 
@@ -160,25 +173,22 @@ def make_multi_train_step(cfg: StepConfig) -> Callable:
 
     def step(state: TrainState, acc: jax.Array, batches: HostBatch):
         def body(carry, batch):
-            state, acc, _ = single(*carry, batch)
-            return (state, acc), None
+            return single(*carry, batch), None
 
-        (state, acc), _ = lax.scan(body, (state, acc), batches)
-        return state, acc, acc
+        return lax.scan(body, (state, acc), batches)[0]
 
     return step
 
 
 def make_eval_step(cfg: StepConfig) -> Callable:
-    """The per-replica evaluation step ``(acc, state, batch) -> (acc, snapshot)``."""
+    """The per-replica evaluation step ``(acc, state, batch) -> acc``."""
 
     def step(acc: jax.Array, state: TrainState, batch: HostBatch):
         y_pred, _ = cfg.adapter.apply(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
-        stats = _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch)
-        acc = acc + _flat(lax.psum(stats, BATCH_AXIS))
-        return acc, acc
+        stats, _ = _flat(_statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch))
+        return acc + lax.psum(stats, BATCH_AXIS)
 
     return step
 

@@ -41,8 +41,8 @@ class Progress(NamedTuple):
     epoch: int  # current epoch
     step: int  # train steps of ``epoch`` done (the newest state is after them)
     end_of_epoch: bool  # whether ``step`` is the epoch's last step
-    acc: Any  # the epoch's metric accumulators after ``step``; donated to the next step,
-    #           so a callback copies them (``jax.device_get``) inside its hook
+    acc: Any  # the epoch's metric accumulators after ``step`` (a device array that later
+    #           steps do not change)
 
 
 class ResumePoint(NamedTuple):
@@ -155,45 +155,44 @@ class Trainer:
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
         self.train_fn = self._compile(self._train_step, (model._state, acc, batch),
-                                      (P(), P(), P()), donate_argnums=(0, 1))
+                                      (P(), P()), donate_argnums=0)
         if resume is not None and resume.acc is not None:
             acc = self.strategy.replicate_arrays(resume.acc(self._zeros))
         previous = None
         while batch is not None:
             callbacks.on_train_batch_begin(step)
-            state, acc, logs = self.train_fn(model._state, acc, batch)
-            model._state = state
+            model._state, acc = self.train_fn(model._state, acc, batch)
             batch = next(batches, None)  # the next transfer overlaps this step
             if previous is not None:
                 previous.block_until_ready()  # at most two steps in flight
-            previous = logs
+            previous = acc
             step += group
             done = step if data.steps is None else min(step, data.steps)
             self.progress = Progress(epoch, done, batch is None, acc)
-            callbacks.on_train_batch_end(done - 1, LazyLogs(logs, self._decode))
+            callbacks.on_train_batch_end(done - 1, LazyLogs(acc, self._decode))
             if model.stop_training:
                 break
-        return self._decode(logs)
+        return self._decode(acc)
 
     def evaluate(self, model, data, callbacks) -> dict[str, float]:
         callbacks.on_test_begin()
         batches = place_batches(data.batches(0), self.strategy)
         batch = next(batches)
         acc = self._fresh_statistics(model._state, batch)
-        eval_fn = self._compile(self._eval_step, (acc, model._state, batch), (P(), P()),
-                                donate_argnums=0)
+        eval_fn = self._compile(self._eval_step, (acc, model._state, batch), P(),
+                                donate_argnums=())
         previous = None
         step = 0
         while batch is not None:
             callbacks.on_test_batch_begin(step)
-            acc, logs = eval_fn(acc, model._state, batch)
+            acc = eval_fn(acc, model._state, batch)
             batch = next(batches, None)
             if previous is not None:
                 previous.block_until_ready()
-            previous = logs
-            callbacks.on_test_batch_end(step, LazyLogs(logs, self._decode))
+            previous = acc
+            callbacks.on_test_batch_end(step, LazyLogs(acc, self._decode))
             step += 1
-        values = self._decode(logs)
+        values = self._decode(acc)
         callbacks.on_test_end(values)
         return values
 
