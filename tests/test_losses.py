@@ -77,15 +77,39 @@ def test_categorical_crossentropy_renormalizes_unnormalized_probs():
     )
 
 
+def test_sparse_categorical_crossentropy_of_probs_is_zero_for_labels_outside_classes():
+    # Keras one-hots the labels: a label outside [0, num_classes) selects no class.
+    probs = np.array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5]], np.float32)
+    loss = losses.SparseCategoricalCrossentropy()(np.array([-1, 3, 2]), probs)
+    np.testing.assert_allclose(loss, [0.0, 0.0, -np.log(0.5)], rtol=1e-6)
+
+
+def test_crossentropy_gradients_match_keras_formula():
+    # The gradient (what fit applies) of Keras' formula, including renormalization and clip.
+    rng = np.random.default_rng(1)
+    probs = rng.uniform(0.01, 1.0, size=(4, 3)).astype(np.float32)
+    probs[0] = [1.0, 0.0, 0.0]  # clipped entries get no gradient through the clip
+    labels = np.array([0, 1, 2, 1])
+
+    def keras(p):
+        q = jax.numpy.clip(p / p.sum(-1, keepdims=True), EPS, 1 - EPS)
+        return -jax.numpy.sum(jax.nn.one_hot(labels, 3) * jax.numpy.log(q))
+
+    def ours(p):
+        return losses.SparseCategoricalCrossentropy()(labels, p).sum()
+
+    np.testing.assert_allclose(jax.grad(ours)(probs), jax.grad(keras)(probs), rtol=1e-6)
+
+
 def test_crossentropies_clip_zero_and_one_probs_to_finite_keras_values():
     probs = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], np.float32)
     labels = np.array([0, 2])
     expected = np_categorical_crossentropy(np.eye(3)[labels], probs.astype(np.float64))
     sparse = losses.SparseCategoricalCrossentropy()(labels, probs)
     categorical = losses.CategoricalCrossentropy()(np.eye(3)[labels], probs)
-    # Exact up to log(sum of clipped probs) <= num_classes * EPS.
-    np.testing.assert_allclose(sparse, expected, rtol=1e-5, atol=3e-7)
-    np.testing.assert_allclose(categorical, expected, rtol=1e-5, atol=3e-7)
+    # Keras' formula itself; float32 rounds 1 - EPS to 1 - 1.19e-7.
+    np.testing.assert_allclose(sparse, expected, rtol=1e-5, atol=2e-7)
+    np.testing.assert_allclose(categorical, expected, rtol=1e-5, atol=2e-7)
     np.testing.assert_allclose(sparse[1], -np.log(EPS), rtol=1e-5)  # ~16.1, not inf.
 
     y_true = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)

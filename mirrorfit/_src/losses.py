@@ -7,8 +7,8 @@ over the batch: sample weighting, masking of padding rows and averaging over the
 global batch belong to the trainer.
 
 Probability-expecting losses (the crossentropies with ``from_logits=False``)
-follow Keras 3: probabilities are clipped to ``[EPSILON, 1 - EPSILON]`` and their
-log is handed to the optax loss as logits. They can also flag examples whose
+follow Keras 3: probabilities are clipped to ``[EPSILON, 1 - EPSILON]`` (categorical
+ones renormalized to sum to 1 first) before their log is taken. They can also flag examples whose
 outputs are clearly not probabilities (``Loss.not_probabilities``), so the trainer
 can warn once with ``NOT_PROBABILITIES_WARNING``.
 """
@@ -77,10 +77,22 @@ def _any_non_batch(flags: jax.Array) -> jax.Array:
     return jnp.any(flags, axis=tuple(range(1, flags.ndim)))
 
 
-def _categorical_log_probs(y_pred: jax.Array) -> jax.Array:
-    """Keras 3: renormalizes ``[..., num_classes]`` probs, clips, takes the log."""
+def _categorical_crossentropy_of_probs(labels: jax.Array, y_pred: jax.Array) -> jax.Array:
+    """Keras 3's formula ``-sum(labels * log(clip(p / sum(p))))`` over the last axis.
+
+    Args:
+        labels: float ``[..., num_classes]``, one-hot or soft.
+        y_pred: float ``[..., num_classes]`` probabilities.
+
+    Returns:
+        ``[...]``: the crossentropy per row.
+
+    Written out rather than handing ``log(p)`` to an optax loss as logits: the optax
+    losses apply a log-softmax, which would add ``log(sum(clipped p))`` and a second set of
+    reductions to every step for a value Keras does not compute.
+    """
     probs = y_pred / jnp.sum(y_pred, axis=-1, keepdims=True)
-    return jnp.log(jnp.clip(probs, EPSILON, 1.0 - EPSILON))
+    return -jnp.sum(labels * jnp.log(jnp.clip(probs, EPSILON, 1.0 - EPSILON)), axis=-1)
 
 
 def _not_categorical_probabilities(y_pred: jax.Array) -> jax.Array:
@@ -135,10 +147,10 @@ class Loss:
 class SparseCategoricalCrossentropy(Loss):
     """Crossentropy between integer labels and class scores, as Keras.
 
-    Uses ``optax.losses.softmax_cross_entropy_with_integer_labels``. With
-    ``from_logits=False`` the outputs are renormalized to sum to 1, clipped to
-    ``[EPSILON, 1 - EPSILON]`` and their log is used as logits; this equals Keras'
-    value up to ``log(sum of clipped probs)``, at most ``num_classes * EPSILON``.
+    With ``from_logits=True`` uses ``optax.losses.softmax_cross_entropy_with_integer_labels``.
+    With ``from_logits=False`` it is Keras' formula: the outputs are renormalized to sum
+    to 1, clipped to ``[EPSILON, 1 - EPSILON]``, and the loss is ``-log`` of the label's
+    entry (0 for a label outside ``[0, num_classes)``, as Keras' one-hot).
 
     Args:
         from_logits: whether ``y_pred`` are logits rather than probabilities.
@@ -167,11 +179,13 @@ class SparseCategoricalCrossentropy(Loss):
         y_true = jnp.asarray(y_true)
         if y_true.ndim == y_pred.ndim and y_true.shape[-1] == 1:
             y_true = jnp.squeeze(y_true, -1)
-        logits = y_pred if self.from_logits else _categorical_log_probs(y_pred)
         labels = y_true.astype(jnp.int32)
-        return _mean_non_batch(
-            optax.losses.softmax_cross_entropy_with_integer_labels(logits, labels)
-        )
+        if self.from_logits:
+            per_row = optax.losses.softmax_cross_entropy_with_integer_labels(y_pred, labels)
+        else:
+            one_hot = jax.nn.one_hot(labels, y_pred.shape[-1], dtype=y_pred.dtype)
+            per_row = _categorical_crossentropy_of_probs(one_hot, y_pred)
+        return _mean_non_batch(per_row)
 
     def not_probabilities(self, y_pred: jax.Array) -> jax.Array | None:
         """bool ``[batch]``: values outside [0, 1] or rows not summing to 1; None if from_logits."""
@@ -215,8 +229,9 @@ class CategoricalCrossentropy(Loss):
         labels = jnp.asarray(y_true, jnp.float32)
         if self.label_smoothing:
             labels = optax.smooth_labels(labels, self.label_smoothing)
-        logits = y_pred if self.from_logits else _categorical_log_probs(y_pred)
-        return _mean_non_batch(optax.losses.softmax_cross_entropy(logits, labels))
+        if self.from_logits:
+            return _mean_non_batch(optax.losses.softmax_cross_entropy(y_pred, labels))
+        return _mean_non_batch(_categorical_crossentropy_of_probs(labels, y_pred))
 
     def not_probabilities(self, y_pred: jax.Array) -> jax.Array | None:
         """bool ``[batch]``: values outside [0, 1] or rows not summing to 1; None if from_logits."""
