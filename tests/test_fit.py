@@ -19,6 +19,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
+from mirrorfit._src import data as mf_data
 from mirrorfit._src import model as model_lib
 
 NUM_FEATURES, NUM_CLASSES = 12, 4
@@ -225,6 +226,43 @@ def test_steps_per_execution_compiles_once_and_matches_single_steps(allclose):
         np.testing.assert_allclose(hist[phase].history["loss"], ref_hist[phase].history["loss"],
                                    rtol=RTOL)
     assert int(model.state.step) == 4 * 6 + 3 * 7
+
+
+# -- compiled step: what it costs per replica ---------------------------------------------
+
+
+def test_train_step_all_reduces_statistics_as_one_operand():
+    # XLA:CPU rendezvous once per all-reduce operand: one per gradient leaf, one for all
+    # statistics (loss, accuracy, not-probabilities count), and nothing else.
+    model = _mlp(2)
+    model.fit(X[:32], Y[:32], batch_size=32, epochs=1, verbose=0)
+    trainer = model._trainer
+    batch = next(mf_data.place_batches(
+        model._array_or_iterable(X, Y, None, 32, shuffle=False, steps=None).batches(0),
+        model.strategy))
+    acc = trainer._fresh_statistics(model._state, batch)
+    hlo = trainer.train_fn.lower(model._state, acc, batch).compile().as_text()
+    all_reduces = [line for line in hlo.splitlines() if " all-reduce(" in line]
+    assert len(all_reduces) == 1
+    operands = all_reduces[0].split(" all-reduce(")[1].split(")")[0].split(", ")
+    assert len(operands) == len(jax.tree.leaves(model.params)) + 1
+
+
+def test_batch_logs_stay_readable_after_later_steps():
+    # A callback may keep a batch's logs and read them after the next steps ran: the
+    # accumulators of a step are not donated to the next one.
+    kept = []
+
+    class Keep(mf.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            kept.append(logs)
+
+    model = _mlp(2)
+    history = model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[Keep()],
+                        shuffle=False)
+    losses = [logs["loss"] for logs in kept]
+    assert len(losses) == 7 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] == pytest.approx(history.history["loss"][0], rel=1e-6)
 
 
 # -- 5. no deadlock -----------------------------------------------------------------------
