@@ -206,3 +206,75 @@ class Predictor(_Inference):
             outs.append(np.asarray(pending[0])[:pending[1]])
             self.result = np.concatenate(outs)
         return passes * len(x)
+
+
+class BatchNormTrainer:
+    """Hand-written training loop for a module with BatchNorm that returns logits (the GPU workload).
+
+    Same loop as `Trainer` (replicated, donated state; ``lax.pmean`` of the gradients; at most 2
+    calls in flight; ``steps_per_call > 1`` scans over stacked batches), with the ``batch_stats``
+    collection carried and ``pmean``-ed like the gradients, and
+    ``optax.softmax_cross_entropy_with_integer_labels`` on float32 logits as the loss.
+    """
+
+    def __init__(self, workload: Workload, mesh: Mesh, batch_size: int, steps_per_call: int = 1,
+                 seed: int = 0):
+        self.batch_size = batch_size
+        self.steps_per_call = steps_per_call
+        self.rng = np.random.default_rng(seed)
+        tx = optax.adam(1e-3)
+        dummy = jnp.zeros((1, *workload.input_shape), jnp.float32)
+        variables = workload.module.init(jax.random.key(seed), dummy, train=False)
+        replicated = NamedSharding(mesh, P())
+        self.state = jax.device_put((variables["params"], variables["batch_stats"],
+                                     tx.init(variables["params"])), replicated)
+        data_spec = P(AXIS) if steps_per_call == 1 else P(None, AXIS)
+        self.data_sharding = NamedSharding(mesh, data_spec)
+        apply_fn = workload.module.apply
+
+        def one_step(state, batch):
+            params, batch_stats, opt_state = state
+            x, y = batch
+
+            def loss_fn(p):
+                logits, updates = apply_fn({"params": p, "batch_stats": batch_stats}, x,
+                                           train=True, mutable=["batch_stats"])
+                loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+                return loss, updates["batch_stats"]
+
+            (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+            grads, batch_stats, loss = lax.pmean((grads, batch_stats, loss), AXIS)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+
+        def train_step(state, x, y):
+            if steps_per_call == 1:
+                return one_step(state, (x, y))
+            return lax.scan(one_step, state, (x, y))
+
+        step = _shard_map(train_step, mesh=mesh, in_specs=(P(), data_spec, data_spec),
+                          out_specs=(P(), P()))
+        self.step = jax.jit(step, donate_argnums=0)
+
+    def _placed(self, x: np.ndarray, y: np.ndarray):
+        if self.steps_per_call > 1:
+            x = x.reshape(self.steps_per_call, self.batch_size, *x.shape[1:])
+            y = y.reshape(self.steps_per_call, self.batch_size)
+        return (jax.make_array_from_process_local_data(self.data_sharding, x),
+                jax.make_array_from_process_local_data(self.data_sharding, y))
+
+    def run(self, x: np.ndarray, y: np.ndarray, epochs: int) -> int:
+        """Trains ``epochs`` epochs on ``x`` ``[n, ...]``, ``y`` ``[n]``, dropping the last partial call."""
+        group = self.steps_per_call * self.batch_size
+        calls = len(x) // group
+        pending = None
+        for _ in range(epochs):
+            perm = self.rng.permutation(len(x))
+            for i in range(calls):
+                idx = perm[i * group:(i + 1) * group]
+                self.state, loss = self.step(self.state, *self._placed(x[idx], y[idx]))
+                if pending is not None:
+                    pending.block_until_ready()
+                pending = loss
+        jax.block_until_ready(self.state)
+        return epochs * calls * group
