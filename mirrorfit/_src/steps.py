@@ -148,20 +148,28 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         stats, unflatten = _flat(_statistics(cfg, batch.y, y_pred, per_example, batch))
         grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
         count = unflatten(stats)["loss"]["count"]
-        # A multiply, not a divide: XLA duplicates it into each consumer (the moment updates),
-        # where a divide would be one more kernel per gradient leaf.
-        scale = 1.0 / jnp.maximum(count, 1.0)
-        grads = jax.tree.map(lambda g: g * scale, grad_sum)
-        updates, opt_state = cfg.optimizer.update(grads, state.opt_state, state.params)
-        new_state = TrainState(
-            params=optax.apply_updates(state.params, updates),
-            model_state=_mean_model_state(model_state),
-            opt_state=opt_state,
-            step=state.step + 1,
-            rng=state.rng,
-        )
-        if skip_empty:
-            new_state = jax.tree.map(lambda n, o: jnp.where(count > 0, n, o), new_state, state)
+        model_state = _mean_model_state(model_state)
+
+        def update(state: TrainState) -> TrainState:
+            # A multiply, not a divide: XLA duplicates it into each consumer (the moment
+            # updates), where a divide would be one more kernel per gradient leaf.
+            scale = 1.0 / jnp.maximum(count, 1.0)
+            grads = jax.tree.map(lambda g: g * scale, grad_sum)
+            updates, opt_state = cfg.optimizer.update(grads, state.opt_state, state.params)
+            return TrainState(
+                params=optax.apply_updates(state.params, updates),
+                model_state=model_state,
+                opt_state=opt_state,
+                step=state.step + 1,
+                rng=state.rng,
+            )
+
+        if not skip_empty:
+            return update(state), acc + stats
+        # A branch, not a select between new and old state: a select would read and write
+        # all params and optimizer state once more on every step. ``count`` is all-reduced,
+        # so every replica takes the same branch.
+        new_state = lax.cond(count > 0, update, lambda state: state, state)
         return new_state, acc + stats
 
     return step

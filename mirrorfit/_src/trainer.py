@@ -87,7 +87,8 @@ class Trainer:
         if self._layout is None:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
-                sample = jax.tree.map(lambda a: a[0], batch)
+                # Shapes only: slicing the placed arrays would compile eager ops.
+                sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
             self._layout = steps_lib.statistics_layout(self.config, state, sample)
             self._zeros = np.zeros(self._layout.size, np.float32)
         return self.strategy.replicate_arrays(self._zeros)
