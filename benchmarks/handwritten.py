@@ -71,20 +71,21 @@ class Trainer:
         self.steps_per_call = steps_per_call
         self.rng = np.random.default_rng(seed)
         tx = optax.adam(1e-3)
-        self.params = init_params(workload, mesh, seed)
-        self.opt_state = jax.device_put(tx.init(self.params), NamedSharding(mesh, P()))
+        params = init_params(workload, mesh, seed)
+        self.state = (params, jax.device_put(tx.init(params), NamedSharding(mesh, P())))
         data_spec = P(AXIS) if steps_per_call == 1 else P(None, AXIS)
         self.data_sharding = NamedSharding(mesh, data_spec)
-        one_step = functools.partial(_train_one_step, workload.module.apply, tx)
+        self.step = _compile_train_step(
+            functools.partial(_train_one_step, workload.module.apply, tx), mesh, data_spec,
+            steps_per_call)
 
-        def train_step(params, opt_state, x, y):
-            if steps_per_call == 1:
-                return one_step((params, opt_state), (x, y))
-            return lax.scan(one_step, (params, opt_state), (x, y))
-
-        step = _shard_map(train_step, mesh=mesh, in_specs=(P(), P(), data_spec, data_spec),
-                             out_specs=((P(), P()), P()))
-        self.step = jax.jit(step, donate_argnums=(0, 1))
+    def _placed(self, x: np.ndarray, y: np.ndarray):
+        """One call's rows ``[rows, ...]`` as sharded device arrays, stacked per step if fused."""
+        if self.steps_per_call > 1:
+            x = x.reshape(self.steps_per_call, self.batch_size, *x.shape[1:])
+            y = y.reshape(self.steps_per_call, self.batch_size)
+        return (jax.make_array_from_process_local_data(self.data_sharding, x),
+                jax.make_array_from_process_local_data(self.data_sharding, y))
 
     def run(self, x: np.ndarray, y: np.ndarray, epochs: int) -> int:
         """Trains ``epochs`` epochs on ``x`` ``[n, ...]``, ``y`` ``[n]``, dropping the last partial call."""
@@ -95,18 +96,26 @@ class Trainer:
             perm = self.rng.permutation(len(x))
             for i in range(calls):
                 idx = perm[i * group:(i + 1) * group]
-                xb, yb = x[idx], y[idx]
-                if self.steps_per_call > 1:
-                    xb = xb.reshape(self.steps_per_call, self.batch_size, *xb.shape[1:])
-                    yb = yb.reshape(self.steps_per_call, self.batch_size)
-                xb = jax.make_array_from_process_local_data(self.data_sharding, xb)
-                yb = jax.make_array_from_process_local_data(self.data_sharding, yb)
-                (self.params, self.opt_state), loss = self.step(self.params, self.opt_state, xb, yb)
+                self.state, loss = self.step(self.state, *self._placed(x[idx], y[idx]))
                 if pending is not None:
                     pending.block_until_ready()
                 pending = loss
-        jax.block_until_ready((self.params, self.opt_state))
+        jax.block_until_ready(self.state)
         return epochs * calls * group
+
+
+def _compile_train_step(one_step, mesh: Mesh, data_spec: P, steps_per_call: int):
+    """``jit(shard_map(...))`` of ``one_step(state, (x, y)) -> (state, loss)``, state donated;
+    ``steps_per_call > 1`` scans it over stacked batches."""
+
+    def train_step(state, x, y):
+        if steps_per_call == 1:
+            return one_step(state, (x, y))
+        return lax.scan(one_step, state, (x, y))
+
+    step = _shard_map(train_step, mesh=mesh, in_specs=(P(), data_spec, data_spec),
+                      out_specs=(P(), P()))
+    return jax.jit(step, donate_argnums=0)
 
 
 def _train_one_step(apply_fn, tx, carry, batch):
@@ -208,7 +217,7 @@ class Predictor(_Inference):
         return passes * len(x)
 
 
-class BatchNormTrainer:
+class BatchNormTrainer(Trainer):
     """Hand-written training loop for a module with BatchNorm that returns logits (the GPU workload).
 
     Same loop as `Trainer` (replicated, donated state; ``lax.pmean`` of the gradients; at most 2
@@ -247,34 +256,4 @@ class BatchNormTrainer:
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
 
-        def train_step(state, x, y):
-            if steps_per_call == 1:
-                return one_step(state, (x, y))
-            return lax.scan(one_step, state, (x, y))
-
-        step = _shard_map(train_step, mesh=mesh, in_specs=(P(), data_spec, data_spec),
-                          out_specs=(P(), P()))
-        self.step = jax.jit(step, donate_argnums=0)
-
-    def _placed(self, x: np.ndarray, y: np.ndarray):
-        if self.steps_per_call > 1:
-            x = x.reshape(self.steps_per_call, self.batch_size, *x.shape[1:])
-            y = y.reshape(self.steps_per_call, self.batch_size)
-        return (jax.make_array_from_process_local_data(self.data_sharding, x),
-                jax.make_array_from_process_local_data(self.data_sharding, y))
-
-    def run(self, x: np.ndarray, y: np.ndarray, epochs: int) -> int:
-        """Trains ``epochs`` epochs on ``x`` ``[n, ...]``, ``y`` ``[n]``, dropping the last partial call."""
-        group = self.steps_per_call * self.batch_size
-        calls = len(x) // group
-        pending = None
-        for _ in range(epochs):
-            perm = self.rng.permutation(len(x))
-            for i in range(calls):
-                idx = perm[i * group:(i + 1) * group]
-                self.state, loss = self.step(self.state, *self._placed(x[idx], y[idx]))
-                if pending is not None:
-                    pending.block_until_ready()
-                pending = loss
-        jax.block_until_ready(self.state)
-        return epochs * calls * group
+        self.step = _compile_train_step(one_step, mesh, data_spec, steps_per_call)
