@@ -14,36 +14,42 @@ from workloads import Workload
 class MirrorfitRunner:
     """``mirrorfit`` with the defaults a user gets: progress bar (``verbose=1``) and accuracy.
 
+    Used by ``run.py`` (probabilities, simulated CPU devices) and ``gpu.py`` (logits).
+
     Args:
         workload: the model to run.
         num_devices: replicas of the ``MirroredStrategy``.
         batch_size: global batch size.
         mode: ``"fit"``, ``"evaluate"`` or ``"predict"``.
         steps_per_execution: train steps fused per device call.
+        from_logits: whether the model outputs logits (else probabilities).
+        verbose: the ``verbose`` argument of every call (1: progress bar).
     """
 
     def __init__(self, workload: Workload, num_devices: int, batch_size: int, mode: str,
-                 steps_per_execution: int = 1):
+                 steps_per_execution: int = 1, from_logits: bool = False, verbose: int = 1):
         import mirrorfit as mf
 
         self.batch_size = batch_size
         self.mode = mode
+        self.verbose = verbose
         strategy = mf.MirroredStrategy(devices=jax.devices()[:num_devices])
         with strategy.scope():
             self.model = mf.Model(workload.module, input_shape=workload.input_shape)
-            self.model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
-                               metrics=["accuracy"], steps_per_execution=steps_per_execution)
+            self.model.compile(
+                optimizer="adam", metrics=["accuracy"], steps_per_execution=steps_per_execution,
+                loss=mf.losses.SparseCategoricalCrossentropy(from_logits=from_logits))
 
     def run(self, x: np.ndarray, y: np.ndarray, repeats: int) -> int:
         """Fits ``repeats`` epochs, or evaluates/predicts ``repeats`` times, over ``x`` ``[n, ...]``."""
         if self.mode == "fit":
-            self.model.fit(x, y, batch_size=self.batch_size, epochs=repeats, verbose=1)
+            self.model.fit(x, y, batch_size=self.batch_size, epochs=repeats, verbose=self.verbose)
         else:
             for _ in range(repeats):
                 if self.mode == "evaluate":
-                    self.model.evaluate(x, y, batch_size=self.batch_size, verbose=1)
+                    self.model.evaluate(x, y, batch_size=self.batch_size, verbose=self.verbose)
                 else:
-                    self.model.predict(x, batch_size=self.batch_size, verbose=1)
+                    self.model.predict(x, batch_size=self.batch_size, verbose=self.verbose)
         jax.block_until_ready(self.model.params)
         return repeats * len(x)
 

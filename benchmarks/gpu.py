@@ -31,9 +31,9 @@ in the same run. Writes
 
 import argparse
 import datetime
+import functools
 import gc
 import importlib.metadata
-import json
 import platform
 import statistics
 import subprocess
@@ -51,6 +51,8 @@ import numpy as np  # noqa: E402
 from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
 import handwritten  # noqa: E402
+from frameworks import MirrorfitRunner  # noqa: E402
+from run import write_report  # noqa: E402
 from _worker import CompileCounter  # noqa: E402
 from workloads import ResNet18, Workload, make_data  # noqa: E402
 
@@ -118,39 +120,18 @@ def train_flops_per_example(workload: Workload) -> float:
     return 3 * _matmul_flops(forward.jaxpr)
 
 
-class MirrorfitRunner:
-    """``model.fit`` with a user's defaults: ``verbose=1`` (or as given) and the accuracy metric."""
-
-    def __init__(self, workload: Workload, batch_size: int, steps_per_execution: int = 1,
-                 verbose: int = 1):
-        import mirrorfit as mf
-
-        self.batch_size = batch_size
-        self.verbose = verbose
-        with mf.MirroredStrategy().scope():
-            self.model = mf.Model(workload.module, input_shape=workload.input_shape)
-            self.model.compile(
-                optimizer="adam", metrics=["accuracy"],
-                loss=mf.losses.SparseCategoricalCrossentropy(from_logits=True),
-                steps_per_execution=steps_per_execution)
-
-    def run(self, x: np.ndarray, y: np.ndarray, epochs: int) -> int:
-        self.model.fit(x, y, batch_size=self.batch_size, epochs=epochs, verbose=self.verbose)
-        jax.block_until_ready(self.model.params)
-        return epochs * len(x)
-
-
 def measure_batch(workload: Workload, x, y, batch: int, cfg: dict, fused: bool,
                   counter: CompileCounter, peak: float) -> list[dict]:
     """All cases at one global batch size, timed in interleaved rounds."""
-    mesh = handwritten.make_mesh(len(jax.devices()))
+    devices = len(jax.devices())
+    mesh = handwritten.make_mesh(devices)
+    fit = functools.partial(MirrorfitRunner, workload, devices, batch, "fit", from_logits=True)
     cases = {"handwritten": handwritten.BatchNormTrainer(workload, mesh, batch),
-             "mirrorfit_fit": MirrorfitRunner(workload, batch),
-             "mirrorfit_fit_verbose0": MirrorfitRunner(workload, batch, verbose=0)}
+             "mirrorfit_fit": fit(), "mirrorfit_fit_verbose0": fit(verbose=0)}
     if fused:
         k = cfg["spe"]
         cases["handwritten_fused"] = handwritten.BatchNormTrainer(workload, mesh, batch, k)
-        cases["mirrorfit_fit_spe"] = MirrorfitRunner(workload, batch, k)
+        cases["mirrorfit_fit_spe"] = fit(steps_per_execution=k)
     flops_per_example = train_flops_per_example(workload)
     rows = {}
     for name, runner in cases.items():  # warm-up: compilation, ending in a partial batch
@@ -244,13 +225,7 @@ def main(argv=None) -> Path:
                                  peak=peak)
     report = {"machine": info, "date": datetime.date.today().isoformat(), "quick": args.quick,
               "settings": cfg, "matmul_peak_tflops": peak / 1e12, "results": results}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{info['slug']}-{report['date']}.json"
-    path.write_text(json.dumps(report, indent=1))
-    text = markdown(report)
-    path.with_suffix(".md").write_text(text)
-    print(text)
-    return path
+    return write_report(report, args.out, markdown(report))
 
 
 if __name__ == "__main__":

@@ -71,13 +71,24 @@ class Trainer:
         self.steps_per_call = steps_per_call
         self.rng = np.random.default_rng(seed)
         tx = optax.adam(1e-3)
-        params = init_params(workload, mesh, seed)
-        self.state = (params, jax.device_put(tx.init(params), NamedSharding(mesh, P())))
+        self.state, one_step = self._init(workload, mesh, tx, seed)
         data_spec = P(AXIS) if steps_per_call == 1 else P(None, AXIS)
         self.data_sharding = NamedSharding(mesh, data_spec)
-        self.step = _compile_train_step(
-            functools.partial(_train_one_step, workload.module.apply, tx), mesh, data_spec,
-            steps_per_call)
+
+        def train_step(state, x, y):
+            if steps_per_call == 1:
+                return one_step(state, (x, y))
+            return lax.scan(one_step, state, (x, y))
+
+        step = _shard_map(train_step, mesh=mesh, in_specs=(P(), data_spec, data_spec),
+                          out_specs=(P(), P()))
+        self.step = jax.jit(step, donate_argnums=0)
+
+    def _init(self, workload: Workload, mesh: Mesh, tx, seed: int):
+        """Replicated state ``(params, opt_state)`` and ``one_step(state, (x, y)) -> (state, loss)``."""
+        params = init_params(workload, mesh, seed)
+        state = (params, jax.device_put(tx.init(params), NamedSharding(mesh, P())))
+        return state, functools.partial(_train_one_step, workload.module.apply, tx)
 
     def _placed(self, x: np.ndarray, y: np.ndarray):
         """One call's rows ``[rows, ...]`` as sharded device arrays, stacked per step if fused."""
@@ -102,20 +113,6 @@ class Trainer:
                 pending = loss
         jax.block_until_ready(self.state)
         return epochs * calls * group
-
-
-def _compile_train_step(one_step, mesh: Mesh, data_spec: P, steps_per_call: int):
-    """``jit(shard_map(...))`` of ``one_step(state, (x, y)) -> (state, loss)``, state donated;
-    ``steps_per_call > 1`` scans it over stacked batches."""
-
-    def train_step(state, x, y):
-        if steps_per_call == 1:
-            return one_step(state, (x, y))
-        return lax.scan(one_step, state, (x, y))
-
-    step = _shard_map(train_step, mesh=mesh, in_specs=(P(), data_spec, data_spec),
-                      out_specs=(P(), P()))
-    return jax.jit(step, donate_argnums=0)
 
 
 def _train_one_step(apply_fn, tx, carry, batch):
@@ -226,19 +223,12 @@ class BatchNormTrainer(Trainer):
     ``optax.softmax_cross_entropy_with_integer_labels`` on float32 logits as the loss.
     """
 
-    def __init__(self, workload: Workload, mesh: Mesh, batch_size: int, steps_per_call: int = 1,
-                 seed: int = 0):
-        self.batch_size = batch_size
-        self.steps_per_call = steps_per_call
-        self.rng = np.random.default_rng(seed)
-        tx = optax.adam(1e-3)
+    def _init(self, workload: Workload, mesh: Mesh, tx, seed: int):
+        """Replicated ``(params, batch_stats, opt_state)`` and the step that carries them."""
         dummy = jnp.zeros((1, *workload.input_shape), jnp.float32)
         variables = workload.module.init(jax.random.key(seed), dummy, train=False)
-        replicated = NamedSharding(mesh, P())
-        self.state = jax.device_put((variables["params"], variables["batch_stats"],
-                                     tx.init(variables["params"])), replicated)
-        data_spec = P(AXIS) if steps_per_call == 1 else P(None, AXIS)
-        self.data_sharding = NamedSharding(mesh, data_spec)
+        state = jax.device_put((variables["params"], variables["batch_stats"],
+                                tx.init(variables["params"])), NamedSharding(mesh, P()))
         apply_fn = workload.module.apply
 
         def one_step(state, batch):
@@ -256,4 +246,4 @@ class BatchNormTrainer(Trainer):
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
 
-        self.step = _compile_train_step(one_step, mesh, data_spec, steps_per_call)
+        return state, one_step

@@ -273,10 +273,14 @@ def main(argv=None) -> Path:
         rows += run_group(group, settings)
     report = {"machine": info, "date": datetime.date.today().isoformat(), "quick": args.quick,
               "settings": settings, "results": rows, "targets": targets(rows)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{info['slug']}-{report['date']}.json"
+    return write_report(report, args.out, markdown(report))
+
+
+def write_report(report: dict, out: Path, text: str) -> Path:
+    """Writes ``<slug>-<date>.json`` and the markdown ``text`` as ``.md`` to ``out``; prints it."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{report['machine']['slug']}-{report['date']}.json"
     path.write_text(json.dumps(report, indent=1))
-    text = markdown(report)
     path.with_suffix(".md").write_text(text)
     print(text)
     return path

@@ -164,12 +164,13 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
                 rng=state.rng,
             )
 
-        if not skip_empty:
-            return update(state), acc + stats
-        # A branch, not a select between new and old state: a select would read and write
-        # all params and optimizer state once more on every step. ``count`` is all-reduced,
-        # so every replica takes the same branch.
-        new_state = lax.cond(count > 0, update, lambda state: state, state)
+        if skip_empty:
+            # A branch, not a select between new and old state: a select would read and write
+            # all params and optimizer state once more on every step. ``count`` is
+            # all-reduced, so every replica takes the same branch.
+            new_state = lax.cond(count > 0, update, lambda state: state, state)
+        else:
+            new_state = update(state)
         return new_state, acc + stats
 
     return step
