@@ -11,10 +11,10 @@ from mirrorfit import metrics as metrics
 from mirrorfit import optimizers as optimizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
-from mirrorfit._src.input import InputContext as InputContext
+from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
 from mirrorfit._src.model import Sequential as Sequential
-from mirrorfit._src.model import load_model as load_model
+from mirrorfit._src.loading import load_model as load_model
 from mirrorfit._src.strategy import MirroredStrategy as MirroredStrategy
 from mirrorfit._src.multi_worker import MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
 from mirrorfit._src.replica_context import ReplicaContext as ReplicaContext

@@ -48,7 +48,7 @@ def compiled():
 def model(compiled):
     """The shared compiled model, reset to its initial training state."""
     model, initial = compiled
-    model._state = model.strategy.replicate_arrays(initial)
+    model.state = model.strategy.replicate_arrays(initial)
     return model
 
 
@@ -151,7 +151,7 @@ def _lr(model) -> float:
 
 
 def test_learning_rate_scheduler_drives_optax_without_recompiling(model):
-    cache_size = model._trainer.train_fn._cache_size()
+    cache_size = model.trainer.train_fn._cache_size()
     lrs, weights = [], []
     record = mf.callbacks.LambdaCallback(
         on_epoch_end=lambda epoch, logs: (lrs.append(_lr(model)),
@@ -162,7 +162,7 @@ def test_learning_rate_scheduler_drives_optax_without_recompiling(model):
     np.testing.assert_allclose(history.history["learning_rate"], [0.05, 0.0, 0.2], rtol=1e-7)
     _assert_weights_equal(weights[1], weights[0])  # lr 0: optax applied no update
     assert not np.array_equal(weights[2][0], weights[1][0])
-    assert model._trainer.train_fn._cache_size() == max(cache_size, 1)
+    assert model.trainer.train_fn._cache_size() == max(cache_size, 1)
 
 
 def test_reduce_lr_on_plateau_lowers_the_optimizer_state_rate(model):
@@ -291,11 +291,11 @@ def grouped():
 def test_backup_and_restore_resumes_bitwise(grouped, tmp_path, save_freq, stop_at, resume_at):
     model, initial = grouped
     kwargs = dict(validation_data=_data(24), epochs=3)
-    model._state = model.strategy.replicate_arrays(initial)
+    model.state = model.strategy.replicate_arrays(initial)
     expected = _fit(model, [], **kwargs)
     expected_weights = model.get_weights()
 
-    model._state = model.strategy.replicate_arrays(initial)
+    model.state = model.strategy.replicate_arrays(initial)
     backup = mf.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=save_freq)
     with pytest.raises(_Interrupt):
         _fit(model, [backup, _interrupt_after(model, stop_at)], **kwargs)

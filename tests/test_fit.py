@@ -19,8 +19,9 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src import data as mf_data
-from mirrorfit._src import model as model_lib
+from mirrorfit._src import data_adapters
+from mirrorfit._src.batch import place_batches
+from mirrorfit._src import strategy as strategy_lib
 
 NUM_FEATURES, NUM_CLASSES = 12, 4
 _rng = np.random.default_rng(0)
@@ -236,12 +237,11 @@ def test_train_step_all_reduces_statistics_as_one_operand():
     # statistics (loss, accuracy, not-probabilities count), and nothing else.
     model = _mlp(2)
     model.fit(X[:32], Y[:32], batch_size=32, epochs=1, verbose=0)
-    trainer = model._trainer
-    batch = next(mf_data.place_batches(
-        model._array_or_iterable(X, Y, None, 32, shuffle=False, steps=None).batches(0),
-        model.strategy))
-    acc = trainer._fresh_statistics(model._state, batch)
-    hlo = trainer.train_fn.lower(model._state, acc, batch).compile().as_text()
+    trainer = model.trainer
+    data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=2)
+    batch = next(place_batches(data.batches(0), model.strategy))
+    statistics = trainer._fresh_statistics(model.state, batch)
+    hlo = trainer.train_fn.lower(model.state, statistics, batch).compile().as_text()
     all_reduces = [line for line in hlo.splitlines() if " all-reduce(" in line]
     assert len(all_reduces) == 1
     operands = all_reduces[0].split(" all-reduce(")[1].split(")")[0].split(", ")
@@ -359,7 +359,7 @@ def test_verbose_1_shows_a_progress_bar_per_epoch(sgd_model, capsys):
 
 
 def test_outside_scope_model_warns_once_naming_scope(monkeypatch):
-    monkeypatch.setattr(model_lib, "_warned_outside_scope", False)
+    monkeypatch.setattr(strategy_lib, "_warned_outside_scope", False)
     module = nn.Sequential([nn.Dense(2)])
     with pytest.warns(UserWarning, match=r"scope\(\)") as record:
         model = mf.Model(module)
@@ -369,7 +369,7 @@ def test_outside_scope_model_warns_once_naming_scope(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mf.Model(module)  # second model outside the scope: no second warning
-        monkeypatch.setattr(model_lib, "_warned_outside_scope", False)
+        monkeypatch.setattr(strategy_lib, "_warned_outside_scope", False)
         with _strategy(8).scope():
             mf.Model(module)  # inside a scope: no warning
 

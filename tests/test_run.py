@@ -280,7 +280,7 @@ def test_run_loop_of_200_calls_compiles_fn_once():
     # One trace to compile, plus two shape-only traces (no compile) on the first call that
     # find which outputs follow the padded batch's rows.
     assert len(traces) == 3
-    assert len(strategy._run_cache) == 1
+    assert strategy._runner.num_compiled == 1
     assert compiles[after_first_call:] == []  # nothing compiled after the first call
     assert sum("per_replica" in str(name) for name in compiles) == 1
 

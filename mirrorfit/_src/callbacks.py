@@ -1,5 +1,8 @@
-"""Keras-style callbacks: the `Callback` hooks, the list that dispatches them, and the two
-callbacks every ``fit`` gets (`History`, `ProgbarLogger`).
+"""Keras-style callbacks: the `Callback` hooks, the list that dispatches them, `History`, and
+the helpers the Keras callback set shares (monitor comparison, save frequency, step count).
+
+The Keras set builds on this module: `mirrorfit._src.progbar` (the progress bar),
+`stopping_callbacks`, `lr_callbacks`, `logging_callbacks` and `checkpoint_callbacks`.
 
 Batch hooks receive `LazyLogs`: a read-only mapping over the step's device values that
 fetches a value from the device only when it is read, so a callback that does not read its
@@ -8,13 +11,13 @@ logs adds no host sync. The progress bar reads them at its own refresh rate.
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-from tqdm.auto import tqdm
+import numpy as np
+
+from mirrorfit._src.checks import is_int
 
 _HOOKS = (
     "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
@@ -162,87 +165,36 @@ class History(Callback):
             self.model.history = self
 
 
-def _format(logs: Mapping[str, float]) -> str:
-    return " - ".join(f"{key}: {logs[key]:.4f}" for key in logs if not key.startswith("_"))
+def monitor_op(mode: str, monitor: str, owner: str) -> Callable[[float, float], bool]:
+    """``better(a, b)``: ``a < b`` (``"min"``) or ``a > b`` (``"max"``); ``"auto"`` as Keras."""
+    if mode not in ("auto", "min", "max"):
+        raise ValueError(f'{owner} mode must be "auto", "min" or "max". Received: mode={mode!r}')
+    if mode == "auto":
+        maximize = any(word in monitor for word in ("acc", "auc", "precision", "recall"))
+        mode = "max" if maximize else "min"
+    return np.greater if mode == "max" else np.less
 
 
-class ProgbarLogger(Callback):
-    """Progress display: a tqdm bar per epoch (``verbose=1``) or one line per epoch (``2``).
+def check_save_freq(save_freq: Any, owner: str) -> Any:
+    """``"epoch"``, or a positive int number of train steps (``save_freq``, ``update_freq``)."""
+    if save_freq == "epoch":
+        return save_freq
+    if not is_int(save_freq) or save_freq < 1:
+        raise ValueError(f'{owner} save_freq must be "epoch" or a positive int number of train '
+                         f"steps. Received: save_freq={save_freq!r}")
+    return int(save_freq)
 
-    The bar advances every step but reads metric values from the device only every
-    ``refresh_seconds``.
+
+class StepCounter:
+    """Train steps done, from the batch indices of ``on_train_batch_end`` (as Keras counts).
+
+    With ``steps_per_execution = K`` a hook sees every K-th index, so one call may add K steps.
     """
 
-    def __init__(self, verbose: int = 1, refresh_seconds: float = 0.5, file=None):
-        super().__init__()
-        self.verbose = verbose
-        self.refresh_seconds = refresh_seconds
-        self.file = file
-        self._bar = None
-        self._next_refresh = 0.0
-        self._epoch_start = 0.0
-        self._in_fit = False
+    def __init__(self):
+        self._last = -1
 
-    def _open(self, total, desc):
-        if self.verbose == 1 and jax.process_index() == 0:  # several processes: the chief
-            self._bar = tqdm(total=total, desc=desc, unit="step", file=self.file or sys.stderr,
-                             dynamic_ncols=True, leave=True)
-            self._next_refresh = time.monotonic() + self.refresh_seconds
-
-    def _advance(self, batch, logs):
-        bar = self._bar
-        if bar is None:
-            return
-        bar.update(batch + 1 - bar.n)
-        now = time.monotonic()
-        if logs is not None and now >= self._next_refresh:
-            self._next_refresh = now + self.refresh_seconds
-            bar.set_postfix_str(_format(logs), refresh=False)
-
-    def _close(self, logs):
-        if self._bar is not None:
-            if logs:
-                self._bar.set_postfix_str(_format(logs), refresh=False)
-            self._bar.close()
-            self._bar = None
-
-    def on_train_begin(self, logs=None):
-        self._in_fit = True
-
-    def on_train_end(self, logs=None):
-        self._in_fit = False
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.monotonic()
-        self._open(self.params.get("steps"), f"Epoch {epoch + 1}/{self.params.get('epochs')}")
-
-    def on_train_batch_end(self, batch, logs=None):
-        self._advance(batch, logs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        self._close(logs)
-        if self.verbose == 2 and jax.process_index() == 0:
-            seconds = time.monotonic() - self._epoch_start
-            print(f"Epoch {epoch + 1}/{self.params.get('epochs')} - {seconds:.1f}s - "
-                  f"{_format(logs or {})}", file=self.file or sys.stdout, flush=True)
-
-    def on_test_begin(self, logs=None):
-        if not self._in_fit:
-            self._open(self.params.get("steps"), "Evaluate")
-
-    def on_test_batch_end(self, batch, logs=None):
-        if not self._in_fit:
-            self._advance(batch, logs)
-
-    def on_test_end(self, logs=None):
-        if not self._in_fit:
-            self._close(logs)
-
-    def on_predict_begin(self, logs=None):
-        self._open(self.params.get("steps"), "Predict")
-
-    def on_predict_batch_end(self, batch, logs=None):
-        self._advance(batch, None)
-
-    def on_predict_end(self, logs=None):
-        self._close(None)
+    def advance(self, batch: int) -> int:
+        added = batch + 1 if batch <= self._last else batch - self._last
+        self._last = batch
+        return added

@@ -31,6 +31,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from mirrorfit._src.state import require_state
+
 FORMAT = "mirrorfit-checkpoint/1"
 """Format tag stored in every version's ``meta``."""
 
@@ -312,24 +314,24 @@ def _storable_compile_args(args: Mapping[str, Any] | None) -> dict[str, Any] | N
 
 
 def _model_info(model, kind: str) -> dict[str, Any]:
-    model._weight_tree()  # raises a clear error for an unbuilt model
-    info = {"kind": kind, "input_spec": _encode_spec(model._input_spec), "seed": model._seed}
+    require_state(model.state)
+    info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed}
     if kind == "model":
-        info["compile"] = _storable_compile_args(getattr(model, "_compile_args", None))
+        info["compile"] = _storable_compile_args(model.compile_config)
     return info
 
 
 def save_weights(model, path: str | os.PathLike) -> Path:
     """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``)."""
     info = _model_info(model, "weights")
-    state = model._state
+    state = model.state
     return save(path, {"params": state.params, "model_state": state.model_state}, info)
 
 
 def save_model(model, path: str | os.PathLike) -> Path:
     """Saves ``model`` 's whole training state and config (see ``Model.save``)."""
     info = _model_info(model, "model")
-    return save(path, model._state._asdict(), info)
+    return save(path, model.state._asdict(), info)
 
 
 def read_latest(path: str | os.PathLike) -> Checkpoint:
@@ -346,14 +348,14 @@ def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
     Raises:
         ValueError: listing mismatching paths (see `unflatten_like`).
     """
-    state = model._state
+    state = require_state(model.state)
     template = {"params": state.params, "model_state": state.model_state}
     if not weights_only:
         template.update(step=state.step, rng=state.rng)
         if state.opt_state is not None:
             template["opt_state"] = state.opt_state
     tree = unflatten_like(template, select(found.arrays, *template), source=str(found.path))
-    model._state = state._replace(**model.strategy.replicate_arrays(tree))
+    model.assign_state(**tree)
 
 
 def load_weights(model, path: str | os.PathLike) -> None:
@@ -361,5 +363,4 @@ def load_weights(model, path: str | os.PathLike) -> None:
     found = read_latest(path)
     if not model.built and "input_spec" in found.info:
         model.build(decode_input_spec(found.info["input_spec"])[0])
-    model._weight_tree()  # raises a clear error for an unbuilt model
     restore_into(model, found, weights_only=True)

@@ -3,8 +3,9 @@ interrupted ``fit`` at the exact step.
 
 Both write with `mirrorfit._src.checkpoint` (orbax, atomic, checksummed). A backup is the
 training state plus the trainer's position (`Progress`: epoch, step in the epoch, metric
-accumulators), the epoch's shuffle order and the history; restoring it sets the model's state
-and a `ResumePoint` in ``on_train_begin``, from which `Trainer.fit` continues mid-epoch.
+statistics), the epoch's shuffle order and the history; restoring it assigns the model's state
+(``Model.assign_state``) and calls ``Trainer.resume_from`` in ``on_train_begin``, from which
+``fit`` continues mid-epoch.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src.checks import MirrorfitWarning
 from mirrorfit._src import checkpoint as checkpoint_lib
-from mirrorfit._src.callbacks import Callback, chief_print
-from mirrorfit._src.keras_callbacks import check_save_freq, monitor_op, StepCounter
+from mirrorfit._src.callbacks import Callback, StepCounter, check_save_freq, chief_print, monitor_op
 from mirrorfit._src.trainer import ResumePoint
 
 
@@ -76,7 +77,7 @@ class ModelCheckpoint(Callback):
             current = logs.get(self.monitor)
             if current is None:
                 warnings.warn(f"ModelCheckpoint: can save best model only with {self.monitor!r} "
-                              f"in the logs (available: {sorted(logs)}); skipping.", UserWarning,
+                              f"in the logs (available: {sorted(logs)}); skipping.", MirrorfitWarning,
                               stacklevel=3)
                 return
             if self.best is not None and not self.monitor_op(current, self.best):
@@ -120,9 +121,9 @@ class BackupAndRestore(Callback):
         delete_checkpoint: delete ``backup_dir`` when training ends normally.
 
     Example:
-        >>> model.fit(x, y, epochs=10, callbacks=[mf.callbacks.BackupAndRestore("backup",
-        ...                                                                     save_freq=100)])
-        >>> # killed at step 437? Run the same line again: it resumes at step 400.
+        >>> backup = mf.callbacks.BackupAndRestore("backup", save_freq=100)
+        >>> history = model.fit(x, y, epochs=10, callbacks=[backup], verbose=0)
+        >>> # Killed at step 437? Run the same line again: it resumes at step 400.
     """
 
     def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
@@ -138,15 +139,8 @@ class BackupAndRestore(Callback):
         self._steps_since_save = 0
         self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
 
-    def _trainer(self):
-        trainer = self.model._trainer
-        if trainer is None:
-            raise ValueError("BackupAndRestore works inside model.fit on a compiled model. "
-                             "Received: an uncompiled model")
-        return trainer
-
     def _epoch_order(self, epoch: int) -> np.ndarray | None:
-        order = getattr(self._trainer().train_data, "epoch_order", None)
+        order = getattr(self.model.trainer.train_data, "epoch_order", None)
         return None if order is None else order(epoch)
 
     def on_train_begin(self, logs=None):
@@ -169,14 +163,16 @@ class BackupAndRestore(Callback):
         state = checkpoint_lib.unflatten_like({"state": model.state},
                                               checkpoint_lib.select(arrays, "state"),
                                               source=str(backup.path))["state"]
-        acc = checkpoint_lib.select(arrays, "acc")
+        statistics = checkpoint_lib.select(arrays, "statistics")
         source = str(backup.path)
 
-        def restore_acc(zeros):
-            return checkpoint_lib.unflatten_like({"acc": zeros}, acc, source=source)["acc"]
+        def restore_statistics(zeros):
+            return checkpoint_lib.unflatten_like({"statistics": zeros}, statistics,
+                                                 source=source)["statistics"]
 
-        model._state = model.strategy.replicate_arrays(state)
-        self._trainer().resume_point = ResumePoint(epoch, step, restore_acc if acc else None)
+        model.assign_state(**state._asdict())
+        model.trainer.resume_from(
+            ResumePoint(epoch, step, restore_statistics if statistics else None))
         self._last_step = step
         self._restored_history = info["history"], info["history_epochs"]
 
@@ -197,19 +193,19 @@ class BackupAndRestore(Callback):
                 return checkpoint_lib.load(version)
             except checkpoint_lib.CheckpointError as err:
                 warnings.warn(f"BackupAndRestore: deleting a damaged backup and falling back to "
-                              f"the previous one. {err}", UserWarning, stacklevel=3)
+                              f"the previous one. {err}", MirrorfitWarning, stacklevel=3)
                 shutil.rmtree(version, ignore_errors=True)
         return None
 
     def on_train_batch_end(self, batch, logs=None):
         if self.save_freq == "epoch":
             return
-        progress = self._trainer().progress
+        progress = self.model.trainer.progress
         self._steps_since_save += progress.step - self._last_step
         self._last_step = progress.step
         if self._steps_since_save >= self.save_freq and not progress.end_of_epoch:
             self._steps_since_save = 0
-            self._save(progress.epoch, progress.step, progress.acc)
+            self._save(progress.epoch, progress.step, progress.statistics)
 
     def on_epoch_end(self, epoch, logs=None):
         self._last_step = 0
@@ -227,11 +223,11 @@ class BackupAndRestore(Callback):
                 values.setdefault(key, []).append(float(value))
         return {"history": values, "history_epochs": epochs}
 
-    def _save(self, epoch: int, step: int, acc: Any,
+    def _save(self, epoch: int, step: int, statistics: Any,
               ended: tuple[int, dict[str, float]] | None = None) -> None:
         tree = {"state": self.model.state}
-        if acc is not None:
-            tree["acc"] = acc
+        if statistics is not None:
+            tree["statistics"] = statistics
             order = self._epoch_order(epoch)
             if order is not None:
                 tree["order"] = order

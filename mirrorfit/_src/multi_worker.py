@@ -21,7 +21,6 @@ a collective forever.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import os
 import socket
@@ -32,6 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src.mesh import check_same_across_processes
 from mirrorfit._src.strategy import MirroredStrategy
 
 COORDINATOR_ENV = "MIRRORFIT_COORDINATOR"
@@ -79,10 +79,11 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             ``jax.distributed``.
 
     Example:
-        >>> strategy = mf.MultiWorkerMirroredStrategy()  # e.g. under srun on SLURM
-        >>> with strategy.scope():
+        >>> # Needs a cluster (or mf.launch): the processes join jax.distributed first.
+        >>> strategy = mf.MultiWorkerMirroredStrategy()  # doctest: +SKIP
+        >>> with strategy.scope():  # doctest: +SKIP
         ...     model = mf.Sequential([nn.Dense(10)], input_shape=(784,))
-        >>> batch_size = 32 * strategy.num_replicas_in_sync  # the global batch
+        >>> batch_size = 32 * strategy.num_replicas_in_sync  # doctest: +SKIP
     """
 
     def __init__(self, coordinator_address: str | None = None, num_processes: int | None = None,
@@ -127,38 +128,6 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             ValueError: naming each field that differs, with this process's value.
         """
         check_same_across_processes(fields)
-
-
-def check_same_across_processes(fields: Mapping[str, Any]) -> None:
-    """See `MultiWorkerMirroredStrategy.check_same`; a no-op in a single process."""
-    if jax.process_count() == 1:
-        return
-    from jax.experimental import multihost_utils
-
-    names = list(fields)
-    digests = np.array([_digest(fields[name]) for name in names], np.int32)
-    gathered = np.asarray(multihost_utils.process_allgather(digests))  # [processes, fields]
-    differ = [i for i in range(len(names)) if len(set(gathered[:, i].tolist())) > 1]
-    if differ:
-        me = jax.process_index()
-        lines = []
-        for i in differ:
-            groups: dict[int, list[int]] = {}
-            for process, digest in enumerate(gathered[:, i].tolist()):
-                groups.setdefault(digest, []).append(process)
-            same = groups[int(gathered[me, i])]
-            lines.append(f"{names[i]}: this process ({me}) has {fields[names[i]]!r}, shared by "
-                         f"processes {same}; processes "
-                         f"{sorted(set(range(len(gathered))) - set(same))} have another value")
-        raise ValueError(
-            "All processes of a MultiWorkerMirroredStrategy job must train the same model on "
-            "the same global batches, but they differ in:\n  " + "\n  ".join(lines) +
-            "\nStart every process with the same script arguments. Received: the settings above")
-
-
-def _digest(value: Any) -> int:
-    return int.from_bytes(hashlib.sha256(repr(value).encode()).digest()[:4], "little",
-                          signed=True)
 
 
 # -- joining the job -----------------------------------------------------------------------

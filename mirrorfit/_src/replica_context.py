@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.strategy import BATCH_AXIS
+from mirrorfit._src.mesh import BATCH_AXIS
 from mirrorfit._src.values import ReduceOp
 
 _current = threading.local()

@@ -8,7 +8,9 @@
 * Python scalars, strings and ``None`` -> compile-time constants.
 
 The mapped function is compiled once per (function, argument structure, shapes and
-constants) through `MirroredStrategy.compile_replica_fn`, the same path ``fit`` uses.
+constants) through `compile_per_replica`, the one compile path that ``fit``, ``evaluate``
+and ``predict`` use too. A `Runner` per strategy owns those compiled functions and the
+custom loop's `InFlight` bound.
 """
 
 from __future__ import annotations
@@ -23,92 +25,191 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.replica_context import ReplicaContext, replica_context
-from mirrorfit._src.strategy import BATCH_AXIS, MirroredStrategy
 from mirrorfit._src.values import Mirrored, PerReplica, ReduceOp, batch_mask, unwrap_mirrored
 
 _STATIC = (bool, int, float, complex, str, type(None))
 
 
-def spec_of(strategy: MirroredStrategy, leaf: Any) -> P:
+def spec_of(mesh: DeviceMesh, leaf: Any) -> P:
     """How a per-replica function receives an argument leaf.
 
     A ``jax.Array`` split over this mesh's ``"batch"`` axis keeps its own spec (the replica
     gets its shard); everything else gets ``P()`` (whole).
     """
     sharding = getattr(leaf, "sharding", None)
-    if (isinstance(sharding, NamedSharding) and sharding.mesh == strategy.mesh
+    if (isinstance(sharding, NamedSharding) and sharding.mesh == mesh.mesh
             and BATCH_AXIS in tuple(sharding.spec)):
         return sharding.spec
     return P()
 
 
-def replica_function(strategy: MirroredStrategy, fn: Callable, example_args: tuple,
-                     out_specs: Any, *, donate_argnums: int | tuple[int, ...] = ()) -> Callable:
-    """``fn`` compiled per replica for arguments laid out like ``example_args``.
+def specs_like(mesh: DeviceMesh, example_args: tuple) -> tuple:
+    """`spec_of` for every leaf of ``example_args``: the ``in_specs`` of a compiled call."""
+    return jax.tree.map(lambda leaf: spec_of(mesh, leaf), tuple(example_args))
 
-    The machinery of `run` for a caller that calls one function many times with one
-    argument structure (``fit``'s train step): specs come from `spec_of`, ``fn`` sees the
-    replica context, and the result is called directly, with no per-call classification.
+
+def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs: Any, *,
+                        donate_argnums: int | tuple[int, ...] = (), masked: bool = False
+                        ) -> Callable:
+    """The one compile path of ``fit``, ``evaluate``, ``predict`` and ``strategy.run``.
+
+    ``fn`` is traced inside a `ReplicaContext` (so `mirrorfit.get_replica_context` gives the
+    collectives) and mapped over ``mesh`` with ``jax.jit(jax.shard_map(...))``.
+
+    Args:
+        mesh: the `DeviceMesh` to run on.
+        fn: the per-replica function.
+        in_specs, out_specs: ``PartitionSpec`` pytree prefixes of its arguments and outputs
+            (`specs_like` derives ``in_specs`` from placed arguments).
+        donate_argnums: positional arguments whose buffers the call may reuse.
+        masked: whether the last positional argument is the batch mask (bool
+            ``[global_batch]``, spec ``P("batch")``); ``fn`` does not receive it, the
+            replica context holds this replica's part.
+
+    Returns:
+        The compiled callable (compiled on first call, again only for new shapes).
     """
+    num_replicas = mesh.num_replicas_in_sync
 
     @functools.wraps(fn)
     def per_replica(*args):
-        with replica_context(ReplicaContext(strategy.num_replicas_in_sync, in_run=True)):
+        mask = None
+        if masked:
+            *args, mask = args
+        with replica_context(ReplicaContext(num_replicas, mask, in_run=True)):
             return fn(*args)
 
-    in_specs = jax.tree.map(lambda leaf: spec_of(strategy, leaf), tuple(example_args))
-    return strategy.compile_replica_fn(per_replica, in_specs, out_specs,
-                                       donate_argnums=donate_argnums)
+    return mesh.compile_replica_fn(per_replica, in_specs, out_specs,
+                                   donate_argnums=donate_argnums)
 
 
-def run(strategy: MirroredStrategy, fn: Callable, args: tuple = (), kwargs: dict | None = None
-        ) -> Any:
-    """See `MirroredStrategy.run`."""
-    if not callable(fn):
-        raise TypeError(f"fn must be a callable run once per replica. Received: fn={fn!r}")
-    if not isinstance(args, (tuple, list)):
-        raise TypeError(f"args must be a tuple of arguments. Received: args={args!r}")
-    args, kwargs = unwrap_mirrored((tuple(args), dict(kwargs or {})))
-    leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=_is_per_replica)
-    mask = _find_mask(leaves)
-    kinds, dynamic, key = [], [], []
-    for leaf in leaves:
-        if isinstance(leaf, _STATIC):
-            kinds.append(("static", leaf))
-            key.append(("static", type(leaf), leaf))
-            continue
-        spec = P(BATCH_AXIS)
-        if isinstance(leaf, PerReplica):
-            kind, value = ("masked_per_replica" if leaf.mask is not None else "per_replica",
-                           leaf.values)
-        elif (spec := spec_of(strategy, leaf)) != P():
-            kind, value = "distributed", leaf
-        else:
-            kind, value = "replicated", leaf
-            if not isinstance(value, jax.Array) or value.sharding != strategy.replicated_sharding:
-                value = strategy.replicate_arrays(np.asarray(value) if not isinstance(value, jax.Array)
-                                           else value)
-        kinds.append((kind, spec))
-        dynamic.append(value)
-        key.append((kind, value.shape, value.dtype))
-    if mask is not None:
-        dynamic.append(mask)
-    cache_key = (fn, treedef, tuple(key), mask is not None)
-    entry = strategy._run_cache.get(cache_key)
-    if entry is None:
-        compiled = _compile(strategy, fn, treedef, kinds, mask is not None)
-        aligned = None if mask is None else _batch_aligned(strategy, compiled, kinds, dynamic)
-        entry = strategy._run_cache[cache_key] = (compiled, aligned)
-    compiled, aligned = entry
-    outputs = compiled(*dynamic)
-    _bound_in_flight(strategy, outputs)
-    if mask is None:
-        return jax.tree.map(PerReplica, outputs)
-    per_replica_mask = mask.reshape(strategy.num_replicas_in_sync, -1)
-    leaves, treedef = jax.tree.flatten(outputs)
-    return jax.tree.unflatten(treedef, [PerReplica(v, per_replica_mask if a else None)
-                                        for v, a in zip(leaves, aligned)])
+class Runner:
+    """``strategy.run`` and the cross-replica operations on its results, for one mesh.
+
+    It owns the compiled functions of ``run`` (one per function, argument structure, shapes
+    and constants) and the `InFlight` bound of the custom loop.
+
+    Args:
+        mesh: the strategy's `DeviceMesh`.
+    """
+
+    def __init__(self, mesh: DeviceMesh):
+        self._mesh = mesh
+        self._compiled: dict[Any, tuple[Callable, list[bool] | None]] = {}
+        self._in_flight = InFlight()
+
+    @property
+    def num_compiled(self) -> int:
+        """How many distinct (function, argument structure) pairs `run` has compiled."""
+        return len(self._compiled)
+
+    def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
+        """See `MirroredStrategy.run`."""
+        mesh = self._mesh
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable run once per replica. Received: fn={fn!r}")
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple of arguments. Received: args={args!r}")
+        args, kwargs = unwrap_mirrored((tuple(args), dict(kwargs or {})))
+        leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=_is_per_replica)
+        mask = _find_mask(leaves)
+        kinds, dynamic, key = [], [], []
+        for leaf in leaves:
+            if isinstance(leaf, _STATIC):
+                kinds.append(("static", leaf))
+                key.append(("static", type(leaf), leaf))
+                continue
+            spec = P(BATCH_AXIS)
+            if isinstance(leaf, PerReplica):
+                kind, value = ("masked_per_replica" if leaf.mask is not None else "per_replica",
+                               leaf.values)
+            elif (spec := spec_of(mesh, leaf)) != P():
+                kind, value = "distributed", leaf
+            else:
+                kind, value = "replicated", leaf
+                if not isinstance(value, jax.Array) or value.sharding != mesh.replicated_sharding:
+                    value = mesh.replicate_arrays(np.asarray(value) if not isinstance(
+                        value, jax.Array) else value)
+            kinds.append((kind, spec))
+            dynamic.append(value)
+            key.append((kind, value.shape, value.dtype))
+        if mask is not None:
+            dynamic.append(mask)
+        cache_key = (fn, treedef, tuple(key), mask is not None)
+        entry = self._compiled.get(cache_key)
+        if entry is None:
+            compiled = _compile(mesh, fn, treedef, kinds, mask is not None)
+            aligned = None if mask is None else _batch_aligned(mesh, compiled, kinds, dynamic)
+            entry = self._compiled[cache_key] = (compiled, aligned)
+        compiled, aligned = entry
+        outputs = compiled(*dynamic)
+        self._in_flight.push(outputs)
+        if mask is None:
+            return jax.tree.map(PerReplica, outputs)
+        per_replica_mask = mask.reshape(mesh.num_replicas_in_sync, -1)
+        leaves, treedef = jax.tree.flatten(outputs)
+        return jax.tree.unflatten(treedef, [PerReplica(v, per_replica_mask if a else None)
+                                            for v, a in zip(leaves, aligned)])
+
+    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
+        """See `MirroredStrategy.reduce`."""
+        mesh = self._mesh
+        op = ReduceOp.resolve(reduce_op)
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+            raise TypeError(f"axis must be None or an int. Received: axis={axis!r}")
+        leaves = jax.tree.leaves(value, is_leaf=_is_per_replica)
+        axes = {_check_axis(v, axis) for v in leaves if isinstance(v, PerReplica)} if (
+            axis is not None) else {None}
+        if len(axes) > 1:
+            raise ValueError("axis must name the same axis of every value (use a non-negative "
+                             f"axis for values of different ranks). Received: axis={axis}")
+
+        def other(v):
+            if op is ReduceOp.SUM and mesh.num_replicas_in_sync > 1:
+                raise ValueError("A value that is not PerReplica is the same on every replica "
+                                 "and cannot be reduced with SUM; use MEAN, or pass the result "
+                                 f"of strategy.run. Received: value of type {type(v).__name__}")
+            v = jnp.asarray(v)
+            if axis is None:
+                return v
+            return jnp.sum(v, axis) if op is ReduceOp.SUM else jnp.mean(v, axis)
+
+        return _apply(value, lambda items: _reduce_values(
+            items, op=op, axis=next(iter(axes)), sharding=mesh.replicated_sharding), other,
+            self._in_flight)
+
+    def gather(self, value: Any, axis: int = 0) -> Any:
+        """See `MirroredStrategy.gather`."""
+        mesh = self._mesh
+        leaves = jax.tree.leaves(value, is_leaf=_is_per_replica)
+        axes = {_check_axis(v, axis) for v in leaves if isinstance(v, PerReplica)} or {axis}
+        if len(axes) > 1:
+            raise ValueError("axis must name the same axis of every value. "
+                             f"Received: axis={axis}")
+        norm = next(iter(axes))
+
+        def per_leaf(items):
+            joined = _gather_values(items, axis=norm, sharding=mesh.replicated_sharding)
+            if norm != 0:
+                return joined
+            return [j if m is None else j[np.flatnonzero(mesh.fetch(m).reshape(-1))]
+                    for j, (_, m) in zip(joined, items)]
+
+        def other(v):
+            return jnp.concatenate([jnp.asarray(v)] * mesh.num_replicas_in_sync, axis)
+
+        return _apply(value, per_leaf, other, self._in_flight)
+
+    def local_results(self, value: Any) -> tuple:
+        """See `MirroredStrategy.experimental_local_results`."""
+        order = {d: i for i, d in enumerate(self._mesh.devices)}
+        if isinstance(value, (PerReplica, Mirrored)):
+            array = value.values if isinstance(value, PerReplica) else value.value
+            shards = sorted(array.addressable_shards, key=lambda s: order[s.device])
+            return tuple(s.data[0] if isinstance(value, PerReplica) else s.data for s in shards)
+        return (value,)
 
 
 def _find_mask(leaves) -> jax.Array | None:
@@ -122,13 +223,13 @@ def _find_mask(leaves) -> jax.Array | None:
     return None
 
 
-def _batch_aligned(strategy, compiled, kinds, dynamic) -> list[bool]:
+def _batch_aligned(mesh, compiled, kinds, dynamic) -> list[bool]:
     """Which outputs have the per-replica batch as their first axis.
 
     Found by tracing once more (no compile) with one more row per replica in every batch
     argument: an output is batch-aligned when its first per-replica axis grows with it.
     """
-    n = strategy.num_replicas_in_sync
+    n = mesh.num_replicas_in_sync
     rows = dynamic[-1].shape[0] // n
 
     def shapes(extra):
@@ -159,14 +260,12 @@ def _is_per_replica(v):
     return isinstance(v, PerReplica)
 
 
-def _compile(strategy, fn, treedef, kinds, has_mask):
+def _compile(mesh, fn, treedef, kinds, has_mask):
     specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
     if has_mask:
         specs.append(P(BATCH_AXIS))
 
-    def per_replica(*dynamic):
-        dynamic = list(dynamic)
-        mask = dynamic.pop() if has_mask else None
+    def call(*dynamic):
         values = iter(dynamic)
         leaves = []
         for kind, constant in kinds:
@@ -176,12 +275,10 @@ def _compile(strategy, fn, treedef, kinds, has_mask):
                 value = next(values)
                 leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
-        context = ReplicaContext(strategy.num_replicas_in_sync, mask, in_run=True)
-        with replica_context(context):
-            out = fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
         return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out)
 
-    return strategy.compile_replica_fn(per_replica, tuple(specs), P(BATCH_AXIS))
+    return compile_per_replica(mesh, call, tuple(specs), P(BATCH_AXIS), masked=has_mask)
 
 
 def _check_axis(value: PerReplica, axis: int) -> int:
@@ -227,84 +324,11 @@ def _gather_values(items, *, axis: int, sharding):
         [_joined(values, mask, axis)[0] for values, mask in items], sharding)
 
 
-def _apply(strategy, value, per_leaf, other):
+def _apply(value, per_leaf, other, in_flight: InFlight):
     """Runs ``per_leaf`` once over all `PerReplica` leaves of ``value``, ``other`` on the rest."""
     leaves, treedef = jax.tree.flatten(value, is_leaf=_is_per_replica)
     items = [(v.values, v.mask) for v in leaves if isinstance(v, PerReplica)]
     results = iter(per_leaf(items) if items else [])
     outputs = [next(results) if isinstance(v, PerReplica) else other(v) for v in leaves]
-    _bound_in_flight(strategy, outputs)
+    in_flight.push(outputs)
     return jax.tree.unflatten(treedef, outputs)
-
-
-def reduce(strategy: MirroredStrategy, reduce_op: Any, value: Any, axis: int | None = None
-           ) -> Any:
-    """See `MirroredStrategy.reduce`."""
-    op = ReduceOp.resolve(reduce_op)
-    if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
-        raise TypeError(f"axis must be None or an int. Received: axis={axis!r}")
-    leaves = jax.tree.leaves(value, is_leaf=_is_per_replica)
-    axes = {_check_axis(v, axis) for v in leaves if isinstance(v, PerReplica)} if (
-        axis is not None) else {None}
-    if len(axes) > 1:
-        raise ValueError("axis must name the same axis of every value (use a non-negative "
-                         f"axis for values of different ranks). Received: axis={axis}")
-
-    def other(v):
-        if op is ReduceOp.SUM and strategy.num_replicas_in_sync > 1:
-            raise ValueError("A value that is not PerReplica is the same on every replica "
-                             "and cannot be reduced with SUM; use MEAN, or pass the result "
-                             f"of strategy.run. Received: value of type {type(v).__name__}")
-        v = jnp.asarray(v)
-        if axis is None:
-            return v
-        return jnp.sum(v, axis) if op is ReduceOp.SUM else jnp.mean(v, axis)
-
-    return _apply(strategy, value,
-                  lambda items: _reduce_values(items, op=op, axis=next(iter(axes)),
-                                                sharding=strategy.replicated_sharding), other)
-
-
-def gather(strategy: MirroredStrategy, value: Any, axis: int = 0) -> Any:
-    """See `MirroredStrategy.gather`."""
-    leaves = jax.tree.leaves(value, is_leaf=_is_per_replica)
-    axes = {_check_axis(v, axis) for v in leaves if isinstance(v, PerReplica)} or {axis}
-    if len(axes) > 1:
-        raise ValueError("axis must name the same axis of every value. "
-                         f"Received: axis={axis}")
-    norm = next(iter(axes))
-
-    def per_leaf(items):
-        joined = _gather_values(items, axis=norm, sharding=strategy.replicated_sharding)
-        if norm != 0:
-            return joined
-        return [j if m is None else j[np.flatnonzero(strategy.fetch(m).reshape(-1))]
-                for j, (_, m) in zip(joined, items)]
-
-    def other(v):
-        return jnp.concatenate([jnp.asarray(v)] * strategy.num_replicas_in_sync, axis)
-
-    return _apply(strategy, value, per_leaf, other)
-
-
-def _bound_in_flight(strategy: MirroredStrategy, outputs: Any) -> None:
-    """Waits for the previous dispatch so that at most two calls with collectives are queued.
-
-    On the CPU backend with several devices, XLA's in-process all-reduce deadlocks when many
-    collective executions are queued, so a custom loop is bounded as ``fit`` is.
-    """
-    previous, strategy._in_flight = strategy._in_flight, outputs
-    for leaf in jax.tree.leaves(previous, is_leaf=_is_per_replica):
-        array = leaf.values if isinstance(leaf, PerReplica) else leaf
-        if isinstance(array, jax.Array) and not array.is_deleted():
-            array.block_until_ready()
-
-
-def local_results(strategy: MirroredStrategy, value: Any) -> tuple:
-    """See `MirroredStrategy.experimental_local_results`."""
-    order = {d: i for i, d in enumerate(strategy.devices)}
-    if isinstance(value, (PerReplica, Mirrored)):
-        array = value.values if isinstance(value, PerReplica) else value.value
-        shards = sorted(array.addressable_shards, key=lambda s: order[s.device])
-        return tuple(s.data[0] if isinstance(value, PerReplica) else s.data for s in shards)
-    return (value,)

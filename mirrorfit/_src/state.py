@@ -1,7 +1,7 @@
 """The training state: one immutable pytree that the steps take, donate and return.
 
 Everything that changes during training lives here, so a step is a pure function
-``(state, metrics, batch) -> (state, metrics, logs)`` and a checkpoint is this one tree.
+``(state, statistics, batch) -> (state, statistics)`` and a checkpoint is this one tree.
 Every field is mirrored (``P()``) on all replicas.
 """
 
@@ -32,6 +32,21 @@ def create_state(params: Any, model_state: Any, opt_state: Any, seed: int) -> Tr
         step=np.zeros((), np.int32),
         rng=np.asarray(jax.random.PRNGKey(seed)),
     )
+
+
+UNBUILT_MODEL = ("The model has no weights yet: pass input_shape to the constructor or call "
+                 "fit/predict first. Received: an unbuilt model")
+
+
+def require_state(state: TrainState | None) -> TrainState:
+    """``state``, or a clear error for a model that has not created its params yet.
+
+    Raises:
+        ValueError: if ``state`` is ``None``.
+    """
+    if state is None:
+        raise ValueError(UNBUILT_MODEL)
+    return state
 
 
 def step_rng(state: TrainState, replica_id: jax.Array) -> jax.Array:

@@ -3,18 +3,19 @@
 Each step sees one replica's shard of the global batch and talks to the other replicas only
 through collectives over the ``"batch"`` axis:
 
-* ``train(state, acc, batch) -> (state, acc)``: forward, loss, ``jax.grad``, an
-  all-reduce of the gradients, one optax update (identical on every replica);
-* ``evaluate(acc, state, batch) -> acc``: forward in inference mode, statistics;
-* ``predict(state, x) -> y_pred``: forward in inference mode, rows stay sharded.
+* ``train(state, statistics, batch) -> (state, statistics)``: forward, loss, ``jax.grad``,
+  an all-reduce of the gradients, one optax update (identical on every replica);
+* ``evaluate(state, statistics, batch) -> statistics``: forward in inference mode;
+* ``predict(state, batch) -> y_pred``: forward in inference mode, rows stay sharded.
 
-Padding rows carry ``mask == 0``. Losses and metrics are sums over real rows, ``lax.psum``'d
-across replicas and divided by the ``psum`` of real-row counts, so every result equals the
-single-device value over the real examples. ``acc`` holds the running sums (sufficient
-statistics) of the epoch as one float32 vector (`StatsLayout` says which entries are whose),
-all-reduced as one operand and added with one operation. It is not donated: each step's
-``acc`` is a new array that later steps leave alone, so the host can read it while they run.
-Metric values are computed from it on the host, when they are read.
+Every step takes a `Batch`. Padding rows carry ``mask == False``. Losses and metrics are
+sums over real rows, ``lax.psum``'d across replicas and divided by the ``psum`` of real-row
+counts, so every result equals the single-device value over the real examples.
+``statistics`` holds the running sums (sufficient statistics) of the epoch as one float32
+vector (`StatsLayout` says which entries are whose), all-reduced as one operand and added
+with one operation. It is not donated: each step's ``statistics`` is a new array that later
+steps leave alone, so the host can read it while they run. Metric values are computed from
+it on the host, when they are read (`results`).
 
 Every operation in a step runs once per replica, and on XLA:CPU each costs microseconds
 however small its arrays, so the steps keep the compiled program short: one all-reduce with
@@ -35,13 +36,14 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
-from mirrorfit._src.data import HostBatch
+from mirrorfit._src.batch import Batch
+from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
+from mirrorfit._src.mesh import BATCH_AXIS
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.state import TrainState, step_rng
-from mirrorfit._src.strategy import BATCH_AXIS
 
 NOT_PROBABILITIES = "_not_probabilities"
-"""Accumulator key: count of examples whose outputs were not probabilities."""
+"""Statistics key: count of examples whose outputs were not probabilities."""
 
 
 class StepConfig(NamedTuple):
@@ -58,21 +60,24 @@ def _masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(weight != 0, values * weight, 0.0))
 
 
-def _weight(batch: HostBatch) -> jax.Array:
+def _weight(batch: Batch) -> jax.Array:
     """Per-example weights ``[batch]``: the sample weights, or the mask when there are none."""
-    return batch.mask if batch.weight is None else batch.weight
+    if batch.sample_weight is None:
+        return batch.mask.astype(jnp.float32)
+    return batch.sample_weight
 
 
-def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: HostBatch) -> dict:
+def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch) -> dict:
     """Per-replica sums for the loss and every metric (not yet all-reduced)."""
-    stats = {"loss": {"total": _masked_sum(per_example_loss, _weight(batch)),
-                      "count": jnp.sum(batch.mask)}}
+    weight = _weight(batch)
+    stats = {"loss": {"total": _masked_sum(per_example_loss, weight),
+                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
     for metric in cfg.metrics:
-        stats[metric.name] = metric.update(y, y_pred, _weight(batch))
+        stats[metric.name] = metric.update(y, y_pred, weight)
     check = getattr(cfg.loss, "not_probabilities", None)
     flags = check(y_pred) if check is not None else None
     if flags is not None:
-        stats[NOT_PROBABILITIES] = _masked_sum(flags.astype(jnp.float32), batch.mask)
+        stats[NOT_PROBABILITIES] = jnp.sum(jnp.logical_and(flags, batch.mask), dtype=jnp.float32)
     return stats
 
 
@@ -83,6 +88,14 @@ def results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
     for metric in cfg.metrics:
         logs[metric.name] = metric.result(stats[metric.name])
     return logs
+
+
+def statistics_warnings(cfg: StepConfig, stats: dict) -> list[str]:
+    """Messages that accumulated statistics call for (outputs that were not probabilities)."""
+    if stats.get(NOT_PROBABILITIES, 0) > 0:
+        name = getattr(cfg.loss, "name", type(cfg.loss).__name__)
+        return [NOT_PROBABILITIES_WARNING.format(name=name)]
+    return []
 
 
 def _flat(stats: dict) -> tuple[jax.Array, Callable[[jax.Array], dict]]:
@@ -123,7 +136,7 @@ def _mean_model_state(model_state):
 
 
 def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
-    """The per-replica train step ``(state, acc, batch) -> (state, acc)``.
+    """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``.
 
     The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r`` (rows
     ``i``, real-row counts ``n_r``): the gradient of the global batch's mean loss, exactly as
@@ -132,7 +145,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
     ``steps_per_execution`` group) leaves the state unchanged.
     """
 
-    def step(state: TrainState, acc: jax.Array, batch: HostBatch):
+    def step(state: TrainState, statistics: jax.Array, batch: Batch):
         rng = step_rng(state, lax.axis_index(BATCH_AXIS))
 
         def objective(params):
@@ -171,7 +184,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
             new_state = lax.cond(count > 0, update, lambda state: state, state)
         else:
             new_state = update(state)
-        return new_state, acc + stats
+        return new_state, statistics + stats
 
     return step
 
@@ -180,39 +193,40 @@ def make_multi_train_step(cfg: StepConfig) -> Callable:
     """``K`` train steps in one device call: ``lax.scan`` over ``[K, batch, ...]`` inputs."""
     single = make_train_step(cfg, skip_empty=True)
 
-    def step(state: TrainState, acc: jax.Array, batches: HostBatch):
+    def step(state: TrainState, statistics: jax.Array, batches: Batch):
         def body(carry, batch):
             return single(*carry, batch), None
 
-        return lax.scan(body, (state, acc), batches)[0]
+        return lax.scan(body, (state, statistics), batches)[0]
 
     return step
 
 
 def make_eval_step(cfg: StepConfig) -> Callable:
-    """The per-replica evaluation step ``(acc, state, batch) -> acc``."""
+    """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
 
-    def step(acc: jax.Array, state: TrainState, batch: HostBatch):
+    def step(state: TrainState, statistics: jax.Array, batch: Batch):
         y_pred, _ = cfg.adapter.apply(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
         stats, _ = _flat(_statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch))
-        return acc + lax.psum(stats, BATCH_AXIS)
+        return statistics + lax.psum(stats, BATCH_AXIS)
 
     return step
 
 
 def make_predict_step(adapter: ModuleAdapter) -> Callable:
-    """The per-replica prediction step ``(state, x) -> y_pred`` (rows stay sharded)."""
+    """The per-replica prediction step ``(state, batch) -> y_pred`` (rows stay sharded)."""
 
-    def step(state: TrainState, x):
-        y_pred, _ = adapter.apply(state.params, state.model_state, x, train=False, rng=state.rng)
+    def step(state: TrainState, batch: Batch):
+        y_pred, _ = adapter.apply(state.params, state.model_state, batch.x, train=False,
+                                  rng=state.rng)
         return y_pred
 
     return step
 
 
-def statistics_layout(cfg: StepConfig, state: TrainState, batch: HostBatch) -> StatsLayout:
+def statistics_layout(cfg: StepConfig, state: TrainState, batch: Batch) -> StatsLayout:
     """The layout of the statistics `_statistics` produces for batches like ``batch``."""
 
     def local(state, batch):

@@ -1,89 +1,135 @@
 """The trainer: fit/evaluate/predict loops, callbacks and progress, over compiled steps.
 
-It owns the host side of training. Each loop moves the next batch to the devices while the
-current step runs, and keeps **at most two steps in flight**: after dispatching step ``k`` it
-waits for step ``k - 1``. On the CPU backend with several devices, XLA's in-process
+It owns the host side of training. Every loop places the next batch on the devices while
+the current step runs, compiles its step through `compile_per_replica` (the one compile
+path ``strategy.run`` uses too), and pushes each step's outputs to an `InFlight` bound, so at
+most two steps are queued: on the CPU backend with several devices, XLA's in-process
 all-reduce deadlocks when many collective executions are queued ("Termination timeout for
-all reduce"); the bound avoids that and still keeps dispatch asynchronous.
+all reduce").
 
 Metric statistics accumulate on the devices; the host reads them only when they are shown
 (a progress-bar refresh, an epoch end). After every step the model's state is the newest
 one, so an exception leaves the model at its last good state.
 
-For fault tolerance, ``fit`` publishes its position (`Progress`: epoch, step in the epoch,
-metric accumulators) in ``trainer.progress`` before each ``on_train_batch_end``, and a
-callback may set ``trainer.resume_point`` (`ResumePoint`) in ``on_train_begin`` to continue a
-run mid-epoch with restored accumulators (``mirrorfit.callbacks.BackupAndRestore`` does).
+For fault tolerance, ``fit`` publishes its position (`Progress`) in `Trainer.progress`
+before each ``on_train_batch_end``, and a callback may call `Trainer.resume_from` in
+``on_train_begin`` to continue a run mid-epoch with restored statistics
+(``mirrorfit.callbacks.BackupAndRestore`` does).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from mirrorfit._src.checks import MirrorfitWarning
 from mirrorfit._src import steps as steps_lib
-from mirrorfit._src.callbacks import CallbackList, History, LazyLogs, ProgbarLogger
-from mirrorfit._src.data import HostBatch, place_batches
-from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
-from mirrorfit._src.run import replica_function
-from mirrorfit._src.multi_worker import check_same_across_processes
-from mirrorfit._src.strategy import MirroredStrategy
+from mirrorfit._src.batch import Batch, place_batches
+from mirrorfit._src.callbacks import Callback, CallbackList, History, LazyLogs
+from mirrorfit._src.progbar import ProgbarLogger
+from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
+from mirrorfit._src.modules import ModuleAdapter
+from mirrorfit._src.run import compile_per_replica, specs_like
 
 
 class Progress(NamedTuple):
     """Where training is after the newest step; `Trainer.progress`, read by callbacks."""
 
-    epoch: int  # current epoch
+    epoch: int  # current epoch (0-based)
     step: int  # train steps of ``epoch`` done (the newest state is after them)
     end_of_epoch: bool  # whether ``step`` is the epoch's last step
-    acc: Any  # the epoch's metric accumulators after ``step`` (a device array that later
-    #           steps do not change)
+    statistics: Any  # float32 [size]: the epoch's metric statistics after ``step`` (a
+    #                  mirrored device array that later steps do not change)
 
 
 class ResumePoint(NamedTuple):
-    """Where `Trainer.fit` starts instead of ``initial_epoch``; set in ``on_train_begin``."""
+    """Where `Trainer.fit` starts instead of ``initial_epoch``; see `Trainer.resume_from`."""
 
-    epoch: int  # epoch to resume
+    epoch: int  # epoch to resume (0-based)
     step: int  # train steps of ``epoch`` already done
-    acc: Callable[[Any], Any] | None  # zero accumulators (host) -> restored ones; None: fresh
+    restore_statistics: Callable[[np.ndarray], np.ndarray] | None  # zero statistics (host,
+    #                  float32 [size]) -> the restored ones; None: start from zeros
 
 
 class Trainer:
-    """Compiled steps plus the loops that drive them for one compiled configuration.
+    """The loops of one model: ``predict`` always, ``fit``/``evaluate`` once configured.
 
     Args:
-        strategy: the strategy whose mesh the steps run on.
-        config: the steps' module adapter, loss, metrics and optimizer.
+        strategy: the strategy (a `DeviceMesh`) whose mesh the steps run on.
+        adapter: the model's module adapter (forward pass of the Flax module).
+
+    Attributes:
+        config: the steps' loss, metrics and optimizer (`configure`), ``None`` before.
         steps_per_execution: train steps fused into one device call (``lax.scan``).
+        progress: `Progress` after the newest train step of ``fit``; ``None`` outside it.
+        train_data: the training data adapter of the running ``fit``; ``None`` outside it.
+        train_fn: the newest compiled train step ``(state, statistics, batch)``.
     """
 
-    def __init__(self, strategy: MirroredStrategy, config: steps_lib.StepConfig,
-                 steps_per_execution: int = 1):
+    def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter):
         self.strategy = strategy
-        self.config = config
-        self.steps_per_execution = steps_per_execution
+        self.adapter = adapter
+        self.config: steps_lib.StepConfig | None = None
+        self.steps_per_execution = 1
+        self.progress: Progress | None = None
+        self.train_data: Any = None
+        self.train_fn: Callable | None = None
+        self._resume_point: ResumePoint | None = None
         self._layout: steps_lib.StatsLayout | None = None
         self._zeros: np.ndarray | None = None
-        self._warned_not_probabilities = False
+        self._warned: set[str] = set()
+        self._train_step: Callable | None = None
+        self._eval_step: Callable | None = None
+        self._predict_step = steps_lib.make_predict_step(adapter)
+        # Compiled on the first batch, once per step and argument structure (a batch with
+        # or without sample weights).
+        self._compiled: dict[Any, Callable] = {}
+
+    def configure(self, config: steps_lib.StepConfig, steps_per_execution: int = 1) -> None:
+        """Sets the loss, metrics and optimizer (``compile``); later fits compile anew."""
+        self.config = config
+        self.steps_per_execution = steps_per_execution
+        self._layout = self._zeros = None
+        self._warned = set()
+        self._compiled = {key: fn for key, fn in self._compiled.items()
+                          if key[0] is self._predict_step}
         if steps_per_execution > 1:
             self._train_step = steps_lib.make_multi_train_step(config)
         else:
             self._train_step = steps_lib.make_train_step(config)
         self._eval_step = steps_lib.make_eval_step(config)
-        # Compiled on the first batch, through the machinery of ``strategy.run``, once per
-        # argument structure (a batch with or without sample weights).
-        self._compiled: dict[Any, Any] = {}
-        self.train_fn: Any = None  # the newest compiled train step
 
-    # -- accumulators ---------------------------------------------------------------------
+    def resume_from(self, point: ResumePoint) -> None:
+        """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
+        self._resume_point = point
 
-    def _fresh_statistics(self, state, batch: HostBatch):
-        """Zero accumulators (a float32 vector, mirrored) for statistics of ``batch``."""
+    def callback_list(self, model, callbacks: Sequence[Callback] | None, *, verbose: int,
+                      steps: int | None, epochs: int = 1, history: History | None = None
+                      ) -> CallbackList:
+        """The callbacks of one loop: the user's, then ``history``, then a progress bar.
+
+        History comes after the user's callbacks, as in Keras, so it records what they add
+        to the epoch logs (e.g. ``learning_rate``). A progress bar is added for
+        ``verbose=1`` (and ``verbose=2`` in ``fit``) unless the user passed one.
+        """
+        cbs = list(callbacks or [])
+        if history is not None:
+            cbs.append(history)
+        wants_bar = verbose == 1 or (verbose == 2 and history is not None)
+        if wants_bar and not any(isinstance(cb, ProgbarLogger) for cb in cbs):
+            cbs.append(ProgbarLogger(verbose))
+        return CallbackList(cbs, model=model, params={"epochs": epochs, "steps": steps,
+                                                      "verbose": verbose})
+
+    # -- statistics -----------------------------------------------------------------------
+
+    def _fresh_statistics(self, state, batch: Batch):
+        """Zero statistics (a float32 vector, mirrored) for batches like ``batch``."""
         if self._layout is None:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
@@ -93,58 +139,74 @@ class Trainer:
             self._zeros = np.zeros(self._layout.size, np.float32)
         return self.strategy.replicate_arrays(self._zeros)
 
-    def _decode(self, snapshot) -> dict[str, float]:
-        """Metric values (Python floats, loss first) from an accumulator snapshot."""
-        stats = self._layout.unflatten(np.asarray(self.strategy.fetch(snapshot)))
-        if not self._warned_not_probabilities and stats.get(steps_lib.NOT_PROBABILITIES, 0) > 0:
-            self._warned_not_probabilities = True
-            name = getattr(self.config.loss, "name", type(self.config.loss).__name__)
-            warnings.warn(NOT_PROBABILITIES_WARNING.format(name=name), UserWarning, stacklevel=5)
+    def _decode(self, statistics) -> dict[str, float]:
+        """Metric values (Python floats, loss first) from a statistics snapshot."""
+        stats = self._layout.unflatten(np.asarray(self.strategy.fetch(statistics)))
+        for message in steps_lib.statistics_warnings(self.config, stats):
+            if message not in self._warned:
+                self._warned.add(message)
+                warnings.warn(message, MirrorfitWarning, stacklevel=5)
         return {key: float(value) for key, value in steps_lib.results(self.config, stats).items()}
 
-    def _compile(self, step, example_args, out_specs, *, donate_argnums):
+    def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
+                       donate_argnums: int | tuple[int, ...] = ()) -> Callable:
         key = (step, jax.tree.structure(example_args))
         if key not in self._compiled:
-            self._compiled[key] = replica_function(self.strategy, step, example_args, out_specs,
-                                                   donate_argnums=donate_argnums)
+            self._compiled[key] = compile_per_replica(
+                self.strategy, step, specs_like(self.strategy, example_args), out_specs,
+                donate_argnums=donate_argnums)
         return self._compiled[key]
 
     # -- loops ----------------------------------------------------------------------------
 
     def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
             validation=None, validation_freq: int = 1) -> History:
+        """Runs epochs ``initial_epoch .. epochs - 1`` of training, validating as asked.
+
+        Args:
+            model: the `Model` whose ``state`` is trained (written after every step).
+            train: a data adapter with ``batches(epoch, start_step, group)`` and ``steps``
+                (steps per epoch, or ``None`` when unknown).
+            epochs: index of the last epoch + 1.
+            initial_epoch: first epoch, unless a callback calls `resume_from`.
+            callbacks: the user's callbacks, or ``None``.
+            verbose: 0 silent, 1 progress bar, 2 one line per epoch.
+            validation: a data adapter evaluated after every ``validation_freq`` epochs.
+            validation_freq: epochs between validations.
+
+        Returns:
+            The `History` of this fit (also set as ``model.history``).
+        """
         # Several processes: fail fast, before any collective, unless all train alike.
-        check_same_across_processes({
+        self.strategy.check_same_across_processes({
             "global batch_size": getattr(train, "batch_size", None),
             "steps per epoch": train.steps, "epochs": epochs,
-            "input shapes": model._input_spec,
+            "input shapes": model.input_spec,
             "param shapes": jax.tree.map(lambda a: tuple(a.shape), model.params)})
         history = History()
-        extra = [cb for cb in (callbacks or []) if isinstance(cb, ProgbarLogger)]
-        # History after the user's callbacks, as in Keras: it records what they add to the
-        # epoch logs (e.g. ``learning_rate``).
-        cbs = (list(callbacks or []) + [history]
-               + ([] if extra or verbose == 0 else [ProgbarLogger(verbose)]))
-        params = {"epochs": epochs, "steps": train.steps, "verbose": verbose}
-        callback_list = CallbackList(cbs, model=model, params=params)
+        callback_list = self.callback_list(model, callbacks, verbose=verbose, steps=train.steps,
+                                           epochs=epochs, history=history)
         model.stop_training = False
         model.history = history
-        self.train_data, self.resume_point = train, None
-        callback_list.on_train_begin()
-        resume, self.resume_point = self.resume_point, None
-        first = initial_epoch if resume is None else resume.epoch
-        logs: dict[str, float] = {}
-        for epoch in range(first, epochs):
-            callback_list.on_epoch_begin(epoch)
-            logs = self._train_epoch(model, train, epoch, callback_list,
-                                     resume if epoch == first else None)
-            if validation is not None and (epoch + 1 - initial_epoch) % validation_freq == 0:
-                val_logs = self.evaluate(model, validation, callback_list)
-                logs.update({f"val_{k}": v for k, v in val_logs.items()})
-            callback_list.on_epoch_end(epoch, logs)
-            if model.stop_training:
-                break
-        callback_list.on_train_end(logs)
+        self.train_data, self._resume_point = train, None
+        try:
+            callback_list.on_train_begin()
+            resume, self._resume_point = self._resume_point, None
+            first = initial_epoch if resume is None else resume.epoch
+            logs: dict[str, float] = {}
+            for epoch in range(first, epochs):
+                callback_list.on_epoch_begin(epoch)
+                logs = self._train_epoch(model, train, epoch, callback_list,
+                                         resume if epoch == first else None)
+                if validation is not None and (epoch + 1 - initial_epoch) % validation_freq == 0:
+                    val_logs = self.evaluate(model, validation, callback_list)
+                    logs.update({f"val_{k}": v for k, v in val_logs.items()})
+                callback_list.on_epoch_end(epoch, logs)
+                if model.stop_training:
+                    break
+            callback_list.on_train_end(logs)
+        finally:
+            self.train_data = self.progress = None
         return history
 
     def _train_epoch(self, model, data, epoch, callbacks, resume: ResumePoint | None = None
@@ -152,73 +214,96 @@ class Trainer:
         group = self.steps_per_execution
         step = 0 if resume is None else resume.step
         batches = place_batches(data.batches(epoch, start_step=step, group=group),
-                                self.strategy, group=group)
+                                self.strategy, stacked=group > 1)
         batch = next(batches)
-        acc = self._fresh_statistics(model._state, batch)
-        self.train_fn = self._compile(self._train_step, (model._state, acc, batch),
-                                      (P(), P()), donate_argnums=0)
-        if resume is not None and resume.acc is not None:
-            acc = self.strategy.replicate_arrays(resume.acc(self._zeros))
-        previous = None
+        statistics = self._fresh_statistics(model.state, batch)
+        train_fn = self.train_fn = self._compiled_step(
+            self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
+        if resume is not None and resume.restore_statistics is not None:
+            statistics = self.strategy.replicate_arrays(resume.restore_statistics(self._zeros))
+        in_flight = InFlight()
         while batch is not None:
             callbacks.on_train_batch_begin(step)
-            model._state, acc = self.train_fn(model._state, acc, batch)
+            model.state, statistics = train_fn(model.state, statistics, batch)
             batch = next(batches, None)  # the next transfer overlaps this step
-            if previous is not None:
-                previous.block_until_ready()  # at most two steps in flight
-            previous = acc
+            in_flight.push(statistics)
             step += group
             done = step if data.steps is None else min(step, data.steps)
-            self.progress = Progress(epoch, done, batch is None, acc)
-            callbacks.on_train_batch_end(done - 1, LazyLogs(acc, self._decode))
+            self.progress = Progress(epoch, done, batch is None, statistics)
+            callbacks.on_train_batch_end(done - 1, LazyLogs(statistics, self._decode))
             if model.stop_training:
                 break
-        return self._decode(acc)
+        return self._decode(statistics)
 
-    def evaluate(self, model, data, callbacks) -> dict[str, float]:
+    def evaluate(self, model, data, callbacks: CallbackList) -> dict[str, float]:
+        """Loss and metrics over every batch of ``data`` (a data adapter), in order.
+
+        Args:
+            model: the `Model` whose ``state`` is evaluated (not changed).
+            data: a data adapter with ``batches(epoch)`` and ``steps``.
+            callbacks: the loop's `CallbackList` (``on_test_*`` hooks).
+
+        Returns:
+            ``{"loss": ..., metric: ...}`` as Python floats, exact over the real rows.
+        """
         callbacks.on_test_begin()
         batches = place_batches(data.batches(0), self.strategy)
         batch = next(batches)
-        acc = self._fresh_statistics(model._state, batch)
-        eval_fn = self._compile(self._eval_step, (acc, model._state, batch), P(),
-                                donate_argnums=())
-        previous = None
+        statistics = self._fresh_statistics(model.state, batch)
+        eval_fn = self._compiled_step(self._eval_step, (model.state, statistics, batch), P())
+        in_flight = InFlight()
         step = 0
         while batch is not None:
             callbacks.on_test_batch_begin(step)
-            acc = eval_fn(acc, model._state, batch)
+            statistics = eval_fn(model.state, statistics, batch)
             batch = next(batches, None)
-            if previous is not None:
-                previous.block_until_ready()
-            previous = acc
-            callbacks.on_test_batch_end(step, LazyLogs(acc, self._decode))
+            in_flight.push(statistics)
+            callbacks.on_test_batch_end(step, LazyLogs(statistics, self._decode))
             step += 1
-        values = self._decode(acc)
+        values = self._decode(statistics)
         callbacks.on_test_end(values)
         return values
 
+    def predict(self, model, data, callbacks: CallbackList) -> Any:
+        """Model outputs for the real rows of every batch of ``data``, in order, as NumPy.
 
-def predict(strategy: MirroredStrategy, predict_fn, state, data, callbacks) -> Any:
-    """Runs ``predict_fn`` over every batch; returns NumPy outputs for the real rows, in order.
+        Outputs of step ``k - 1`` are copied to the host after step ``k`` is dispatched.
 
-    Outputs of step ``k - 1`` are copied to the host after step ``k`` is dispatched, which
-    is also the bound on steps in flight.
-    """
-    callbacks.on_predict_begin()
-    outputs, pending = [], None
-    for step, host in enumerate(data.batches(0)):
-        callbacks.on_predict_batch_begin(step)
-        y_pred = predict_fn(state, strategy.shard_batch(host.x))
-        if pending is not None:
-            outputs.append(_to_host(strategy, *pending))
-            callbacks.on_predict_batch_end(step - 1)
-        pending = (y_pred, int(host.mask.sum()))
-    outputs.append(_to_host(strategy, *pending))
-    callbacks.on_predict_batch_end(step)
-    callbacks.on_predict_end()
-    return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
+        Args:
+            model: the `Model` whose ``state`` predicts.
+            data: a data adapter (batches without targets).
+            callbacks: the loop's `CallbackList` (``on_predict_*`` hooks).
 
+        Returns:
+            The module's output pytree with NumPy leaves ``[num_examples, ...]``.
+        """
+        callbacks.on_predict_begin()
+        real_rows: list[int] = []  # per batch, read from the host mask before placement
 
-def _to_host(strategy: MirroredStrategy, y_pred, num_real: int):
-    # All rows on every process: several processes all-gather them.
-    return jax.tree.map(lambda a: a[:num_real], strategy.fetch(y_pred))
+        def counted(batches):
+            for batch in batches:
+                real_rows.append(int(np.count_nonzero(batch.mask)))
+                yield batch
+
+        predict_fn = None
+        in_flight = InFlight()
+        outputs = []
+        step = -1
+        for step, batch in enumerate(place_batches(counted(data.batches(0)), self.strategy)):
+            if predict_fn is None:
+                predict_fn = self._compiled_step(self._predict_step, (model.state, batch),
+                                                 P(BATCH_AXIS))
+            callbacks.on_predict_batch_begin(step)
+            ready = in_flight.push((predict_fn(model.state, batch), real_rows[step]))
+            if ready is not None:
+                outputs.append(self._to_host(*ready))
+                callbacks.on_predict_batch_end(step - 1)
+        outputs.append(self._to_host(*in_flight.push(None)))
+        callbacks.on_predict_batch_end(step)
+        callbacks.on_predict_end()
+        return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
+
+    def _to_host(self, y_pred, num_real: int):
+        # All rows on every process: several processes all-gather them. Padding rows are
+        # always at the end of a batch.
+        return jax.tree.map(lambda a: a[:num_real], self.strategy.fetch(y_pred))

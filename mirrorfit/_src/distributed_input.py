@@ -3,7 +3,7 @@
 
 A distributed batch is the user's pytree with every leaf a global ``jax.Array`` sharded
 ``P("batch")``. A global batch that does not divide by the replica count is padded (by
-repeating real rows) and its padding recorded as a mask (`mirrorfit.batch_mask`); replicas
+repeating real rows) and its padding recorded as its mask (bool ``[global_batch]``, `mirrorfit.batch_mask`); replicas
 never get ragged or empty shards. The next batch is placed on the devices before the
 current one is handed out, so its transfer overlaps the caller's step.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.data import padded_size
-from mirrorfit._src.strategy import MirroredStrategy
+from mirrorfit._src.batch import pad_rows, padded_size, real_rows_mask
+from mirrorfit._src.mesh import DeviceMesh
 from mirrorfit._src.values import register_mask
 
 
@@ -59,12 +59,12 @@ def _to_numpy(batch: Any) -> Any:
     return jax.tree.map(np.asarray, batch)
 
 
-def distribute_batch(strategy: MirroredStrategy, batch: Any, *,
+def distribute_batch(mesh: DeviceMesh, batch: Any, *,
                      local_rows: int | None = None) -> Any:
     """Pads a host batch, marks the padding, and shards it over the replicas.
 
     Args:
-        strategy: where to place it.
+        mesh: where to place it.
         batch: pytree of arrays ``[rows, ...]``: the global batch, or with ``local_rows``
             this process's part of it.
         local_rows: ``None`` for a global batch (padded to a multiple of the replica count);
@@ -82,16 +82,13 @@ def distribute_batch(strategy: MirroredStrategy, batch: Any, *,
         raise ValueError("Every leaf of a batch must have the same, non-zero leading (batch) "
                          f"size. Received: a batch with leading sizes {sizes}")
     rows = sizes[0]
-    target = padded_size(rows, strategy.num_replicas_in_sync) if local_rows is None else local_rows
+    target = padded_size(rows, mesh.num_replicas_in_sync) if local_rows is None else local_rows
     if rows > target:
         raise ValueError(f"Every batch of an input pipeline must have at most as many rows as "
                          f"its first one ({target}). Received: a batch with {rows} rows")
-    if target != rows:
-        idx = np.resize(np.arange(rows), target)
-        batch = jax.tree.map(lambda a: np.take(a, idx, axis=0), batch)
-    place = strategy.shard_batch if local_rows is None else strategy.shard_local_batch
-    distributed = place(batch)
-    register_mask(distributed, place(np.arange(target) < rows))
+    place = mesh.shard_batch if local_rows is None else mesh.shard_local_batch
+    distributed = place(pad_rows(batch, rows, target))
+    register_mask(distributed, place(real_rows_mask(rows, target)))
     return distributed
 
 
@@ -119,7 +116,7 @@ class DistributedDataset:
             yield upcoming
 
 
-def experimental_distribute_dataset(strategy: MirroredStrategy, dataset: Iterable
+def experimental_distribute_dataset(mesh: DeviceMesh, dataset: Iterable
                                     ) -> DistributedDataset:
     """See `MirroredStrategy.experimental_distribute_dataset`."""
     try:
@@ -127,23 +124,23 @@ def experimental_distribute_dataset(strategy: MirroredStrategy, dataset: Iterabl
     except TypeError:
         raise TypeError("dataset must be an iterable of global batches (a list, a generator, a "
                         f"tf.data.Dataset, ...). Received: dataset={dataset!r}") from None
-    return DistributedDataset(lambda: iter(dataset), lambda b: distribute_batch(strategy, b))
+    return DistributedDataset(lambda: iter(dataset), lambda b: distribute_batch(mesh, b))
 
 
-def input_context(strategy: MirroredStrategy) -> InputContext:
+def input_context(mesh: DeviceMesh) -> InputContext:
     """This process's `InputContext` (one input pipeline per process)."""
-    return InputContext(jax.process_count(), jax.process_index(), strategy.num_replicas_in_sync)
+    return InputContext(jax.process_count(), jax.process_index(), mesh.num_replicas_in_sync)
 
 
-def distribute_datasets_from_function(strategy: MirroredStrategy,
+def distribute_datasets_from_function(mesh: DeviceMesh,
                                       dataset_fn: Callable[[InputContext], Iterable]
                                       ) -> DistributedDataset:
     """See `MirroredStrategy.distribute_datasets_from_function`."""
     if not callable(dataset_fn):
         raise TypeError("dataset_fn must be a callable taking an mf.InputContext and returning "
                         f"an iterable of per-replica batches. Received: dataset_fn={dataset_fn!r}")
-    context = input_context(strategy)
-    local_replicas = strategy.num_replicas_in_sync // context.num_input_pipelines
+    context = input_context(mesh)
+    local_replicas = mesh.num_replicas_in_sync // context.num_input_pipelines
 
     def batches():
         # As in TF: the pipeline yields per-replica batches; each step takes one per local
@@ -161,6 +158,6 @@ def distribute_datasets_from_function(strategy: MirroredStrategy,
         if not static_rows:  # the first batch fixes the shape every process passes
             rows = jax.tree.leaves(_to_numpy(local_batch))[0].shape[0]
             static_rows.append(padded_size(rows, local_replicas))
-        return distribute_batch(strategy, local_batch, local_rows=static_rows[0])
+        return distribute_batch(mesh, local_batch, local_rows=static_rows[0])
 
     return DistributedDataset(batches, place)

@@ -1,0 +1,83 @@
+"""The one batch type of every loop, its padding mask and the one padding function.
+
+A `Batch` is a global batch padded to a multiple of the replica count, on the host (NumPy)
+or on the mesh (global ``jax.Array`` s sharded ``P("batch")``). ``fit``, ``evaluate`` and
+``predict`` pass `Batch` es to their steps; custom loops get the user's own pytree, whose
+mask `mirrorfit.batch_mask` returns. Either way the mask has one form: bool
+``[global_batch]``, ``True`` for real rows.
+
+Padding repeats real rows (`pad_index`), so the model only ever sees finite data, and the
+mask keeps the padding rows out of every sum. This module imports nothing else from
+mirrorfit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+
+class Batch(NamedTuple):
+    """A padded global batch (or a stack of ``K`` of them for ``steps_per_execution``)."""
+
+    x: Any  # pytree, leaves [padded_batch, ...] ([K, padded_batch, ...] when stacked)
+    y: Any  # pytree like x, or None for predict
+    sample_weight: Any  # float32 [padded_batch], 0 on padding rows; None without weights
+    mask: Any  # bool [padded_batch]: True for real rows, False for padding
+
+
+def padded_size(batch_size: int, num_replicas: int) -> int:
+    """Smallest multiple of ``num_replicas`` that holds ``batch_size`` rows."""
+    return math.ceil(batch_size / num_replicas) * num_replicas
+
+
+def pad_index(index: np.ndarray, target: int) -> np.ndarray:
+    """Row indices ``index`` extended to ``target`` rows by repeating them cyclically."""
+    return index if len(index) == target else np.resize(index, target)
+
+
+def pad_rows(tree: Any, rows: int, target: int) -> Any:
+    """A pytree of arrays ``[rows, ...]`` padded to ``[target, ...]`` by repeating rows."""
+    if rows == target:
+        return tree
+    index = pad_index(np.arange(rows), target)
+    return jax.tree.map(lambda a: np.take(np.asarray(a), index, axis=0), tree)
+
+
+def real_rows_mask(num_real: int, target: int) -> np.ndarray:
+    """The mask of a batch whose first ``num_real`` of ``target`` rows are real."""
+    return np.arange(target) < num_real
+
+
+def stack(batches: list[Batch]) -> Batch:
+    """``K`` batches of one shape as one `Batch` with a leading ``[K]`` axis on every leaf."""
+    if len(batches) == 1:
+        return batches[0]
+    return jax.tree.map(lambda *leaves: np.stack(leaves), *batches)
+
+
+def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False
+                  ) -> Iterator[Batch]:
+    """Moves host batches onto ``mesh`` (a `DeviceMesh`), split over replicas.
+
+    A mask that repeats (the all-``True`` mask of full batches is one shared array) is
+    transferred once and reused, so a full batch without sample weights costs only the
+    transfer of x and y.
+
+    Args:
+        batches: host `Batch` es.
+        mesh: the `mirrorfit._src.mesh.DeviceMesh` to place them on.
+        stacked: whether the batches carry a leading ``[K]`` axis (``steps_per_execution``).
+    """
+    leading = 1 if stacked else 0
+    last_mask: list[Any] = [None, None]  # (host mask, its device copy)
+    for batch in batches:
+        x, y, weight = mesh.shard_batch((batch.x, batch.y, batch.sample_weight),
+                                        leading_axes=leading)
+        if batch.mask is not last_mask[0]:
+            last_mask[:] = batch.mask, mesh.shard_batch(batch.mask, leading_axes=leading)
+        yield Batch(x, y, weight, last_mask[1])

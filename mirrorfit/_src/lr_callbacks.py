@@ -1,0 +1,170 @@
+"""Learning-rate callbacks: `LearningRateScheduler` and `ReduceLROnPlateau`, as in Keras.
+
+They work on ``optax.inject_hyperparams`` optimizers (every named mirrorfit optimizer): the
+rate is a leaf of the optimizer state, replaced between steps through
+``Model.assign_state`` without recompiling.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from mirrorfit._src.checks import MirrorfitWarning
+from mirrorfit._src.callbacks import Callback, chief_print, monitor_op
+
+NO_LEARNING_RATE = (
+    "{name} needs an optimizer whose learning rate lives in its state: a mirrorfit optimizer "
+    "(e.g. compile(optimizer=\"adam\") or mf.optimizers.SGD(0.1)) or one built with "
+    "optax.inject_hyperparams(optax.adam)(learning_rate=1e-3). Received: an optimizer state "
+    "without hyperparams[\"learning_rate\"] ({state})"
+)
+
+
+def _is_lr_state(node: Any) -> bool:
+    hyperparams = getattr(node, "hyperparams", None)
+    return isinstance(hyperparams, dict) and "learning_rate" in hyperparams
+
+
+def get_learning_rate(model, owner: str = "This callback") -> float:
+    """The learning rate in ``model`` 's optimizer state (the first one, in a chain).
+
+    Raises:
+        ValueError: if the optimizer state has no ``hyperparams["learning_rate"]``.
+    """
+    opt_state = None if model.state is None else model.state.opt_state
+    found = [n for n in jax.tree.leaves(opt_state, is_leaf=_is_lr_state) if _is_lr_state(n)]
+    if not found:
+        raise ValueError(NO_LEARNING_RATE.format(name=owner, state=type(opt_state).__name__))
+    return float(np.asarray(found[0].hyperparams["learning_rate"]))
+
+
+def set_learning_rate(model, value: float, owner: str = "This callback") -> None:
+    """Sets every ``hyperparams["learning_rate"]`` in ``model`` 's optimizer state.
+
+    The new value keeps the old leaf's dtype and mirrored sharding, so the compiled train
+    step is reused as is.
+    """
+    get_learning_rate(model, owner)  # raises a clear error without an injectable rate
+
+    def replace(node):
+        if not _is_lr_state(node):
+            return node
+        old = node.hyperparams["learning_rate"]
+        new = model.strategy.replicate_arrays(np.asarray(value, dtype=old.dtype))
+        return node._replace(hyperparams={**node.hyperparams, "learning_rate": new})
+
+    model.assign_state(opt_state=jax.tree.map(replace, model.state.opt_state,
+                                              is_leaf=_is_lr_state))
+
+
+class LearningRateScheduler(Callback):
+    """Sets the learning rate at the start of each epoch from ``schedule(epoch, lr)``.
+
+    Args:
+        schedule: ``(epoch, current_lr) -> new_lr`` (or ``epoch -> new_lr``); ``epoch`` is
+            0-based. A function of the epoch alone keeps resumed runs exact.
+        verbose: 1 prints the new rate each epoch.
+
+    The rate is written into ``opt_state.hyperparams["learning_rate"]`` (no recompilation)
+    and logged as ``learning_rate`` at each epoch end.
+
+    Raises:
+        ValueError: at the first epoch, if the optimizer has no injectable learning rate.
+    """
+
+    def __init__(self, schedule: Callable[..., float], verbose: int = 0):
+        super().__init__()
+        if not callable(schedule):
+            raise TypeError("LearningRateScheduler needs a callable schedule(epoch, lr) -> lr. "
+                            f"Received: schedule={schedule!r}")
+        self.schedule = schedule
+        self.verbose = verbose
+
+    def on_epoch_begin(self, epoch, logs=None):
+        lr = get_learning_rate(self.model, "LearningRateScheduler")
+        try:
+            new = self.schedule(epoch, lr)
+        except TypeError:  # a schedule of the epoch only, as Keras allows
+            new = self.schedule(epoch)
+        if isinstance(new, bool) or not isinstance(new, (float, int, np.floating, np.integer)):
+            raise ValueError("LearningRateScheduler's schedule must return a float. Received: "
+                             f"{new!r} for epoch {epoch}")
+        set_learning_rate(self.model, float(new), "LearningRateScheduler")
+        if self.verbose > 0:
+            chief_print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to "
+                        f"{new}.")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["learning_rate"] = get_learning_rate(self.model, "LearningRateScheduler")
+
+
+class ReduceLROnPlateau(Callback):
+    """Multiplies the learning rate by ``factor`` when ``monitor`` stops improving (Keras').
+
+    Args:
+        monitor: the epoch log to watch.
+        factor: multiplier in (0, 1) applied to the rate.
+        patience: epochs without improvement before reducing.
+        verbose: 1 prints a line per reduction.
+        mode: ``"min"``, ``"max"`` or ``"auto"``.
+        min_delta: smallest change that counts as an improvement.
+        cooldown: epochs to wait after a reduction before counting again.
+        min_lr: lower bound on the rate.
+
+    Raises:
+        ValueError: if ``factor`` is not in (0, 1), or (at the first epoch end) the optimizer
+            has no injectable learning rate.
+    """
+
+    def __init__(self, monitor: str = "val_loss", factor: float = 0.1, patience: int = 10,
+                 verbose: int = 0, mode: str = "auto", min_delta: float = 1e-4,
+                 cooldown: int = 0, min_lr: float = 0.0):
+        super().__init__()
+        if not 0.0 < factor < 1.0:
+            raise ValueError("ReduceLROnPlateau factor must be in (0, 1): the rate is multiplied "
+                             f"by it. Received: factor={factor!r}")
+        self.monitor = monitor
+        self.factor = factor
+        self.patience = patience
+        self.verbose = verbose
+        self.monitor_op = monitor_op(mode, monitor, "ReduceLROnPlateau")
+        self.min_delta = min_delta if self.monitor_op is np.greater else -min_delta
+        self.cooldown = cooldown
+        self.min_lr = min_lr
+
+    def on_train_begin(self, logs=None):
+        self.best: float | None = None
+        self.wait = 0
+        self.cooldown_counter = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        lr = get_learning_rate(self.model, "ReduceLROnPlateau")
+        logs["learning_rate"] = lr
+        current = logs.get(self.monitor)
+        if current is None:
+            warnings.warn(f"ReduceLROnPlateau: monitor {self.monitor!r} is not in the logs "
+                          f"(available: {sorted(logs)}); skipping.", MirrorfitWarning, stacklevel=2)
+            return
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.wait = 0
+        if self.best is None or self.monitor_op(current - self.min_delta, self.best):
+            self.best = float(current)
+            self.wait = 0
+        elif self.cooldown_counter == 0:
+            self.wait += 1
+            if self.wait >= self.patience and lr > self.min_lr:
+                new = max(lr * self.factor, self.min_lr)
+                set_learning_rate(self.model, new, "ReduceLROnPlateau")
+                if self.verbose > 0:
+                    chief_print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate "
+                                f"to {new}.")
+                self.cooldown_counter = self.cooldown
+                self.wait = 0

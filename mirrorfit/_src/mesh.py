@@ -1,0 +1,336 @@
+"""The bottom layer: devices, the 1-D ``"batch"`` mesh, placement, compiling and dispatch.
+
+`DeviceMesh` owns everything that knows about devices and processes:
+
+* the mesh (one replica per device, axis `BATCH_AXIS`);
+* placement: `DeviceMesh.replicate_arrays` (``P()``, mirrored on every device),
+  `DeviceMesh.shard_batch` (``P("batch")``, each replica holds
+  ``global_batch / num_replicas_in_sync`` rows) and `DeviceMesh.fetch` (back to NumPy);
+* compiling a per-replica function: `DeviceMesh.compile_replica_fn` maps it over the mesh
+  with ``jax.shard_map`` inside ``jax.jit``;
+* the cross-process consistency check (`check_same_across_processes`).
+
+`InFlight` is the one dispatch bound every loop uses: at most two device calls with
+collectives are queued. This module imports nothing else from mirrorfit; every other layer
+builds on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+BATCH_AXIS = "batch"
+"""Name of the mesh axis that replicas (and the global batch) are laid out along."""
+
+
+class DeviceMesh:
+    """A 1-D mesh with one replica per device, and placement on it.
+
+    Args:
+        devices: the ``jax.Device`` s, one replica each. ``None`` means every local device
+            of the default backend (the CPU when there is no accelerator).
+
+    Raises:
+        TypeError: if ``devices`` is not a sequence of ``jax.Device``.
+        ValueError: if ``devices`` is empty, has duplicates, mixes platforms, or names a
+            device that this process cannot address.
+    """
+
+    def __init__(self, devices: Sequence[jax.Device] | None = None):
+        self._devices = self._resolve_devices(devices)
+        self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
+        self._replicated = NamedSharding(self._mesh, P())
+        self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
+
+    def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+        """The replicas' devices; `MultiWorkerMirroredStrategy` takes every process's."""
+        return _validate_devices(devices)
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Number of replicas (devices) that take part in every all-reduce."""
+        return len(self._devices)
+
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        """The devices, one per replica, in mesh order."""
+        return self._devices
+
+    @property
+    def mesh(self) -> Mesh:
+        """The 1-D ``jax.sharding.Mesh`` over `devices`, with axis name ``"batch"``."""
+        return self._mesh
+
+    @property
+    def replicated_sharding(self) -> NamedSharding:
+        """``NamedSharding(mesh, P())``: a full copy on every replica."""
+        return self._replicated
+
+    @property
+    def batch_sharding(self) -> NamedSharding:
+        """``NamedSharding(mesh, P("batch"))``: leading dimension split across replicas."""
+        return self._batch_sharded
+
+    def replicate_arrays(self, tree: Any) -> Any:
+        """Places a pytree of arrays mirrored (``P()``) on every replica; idempotent.
+
+        Args:
+            tree: pytree of NumPy or JAX arrays (or numbers), any shapes.
+
+        Returns:
+            The same pytree of ``jax.Array`` s with sharding `replicated_sharding`.
+
+        Raises:
+            TypeError: if a leaf is not an array or a number.
+        """
+        bad = [type(leaf).__name__ for leaf in jax.tree.leaves(tree)
+               if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool))]
+        if bad:
+            raise TypeError("replicate needs a pytree of arrays or numbers. Received: tree with "
+                            f"leaves of type {sorted(set(bad))}")
+        return jax.device_put(tree, self._replicated)
+
+    def shard_batch(self, tree: Any, *, leading_axes: int = 0) -> Any:
+        """Places a pytree of host arrays as global arrays split over replicas.
+
+        Args:
+            tree: pytree of NumPy arrays. Axis ``leading_axes`` of every leaf is the global
+                batch dimension and must divide by `num_replicas_in_sync`.
+            leading_axes: number of unsplit axes before the batch axis (1 for a stack of
+                ``K`` global batches ``[K, global_batch, ...]``).
+
+        Returns:
+            The same pytree of ``jax.Array`` s, each replica holding
+            ``global_batch / num_replicas_in_sync`` rows.
+        """
+        sharding = self._batch_sharded
+        if leading_axes:
+            sharding = NamedSharding(self._mesh, P(*([None] * leading_axes), BATCH_AXIS))
+        if jax.process_count() == 1:  # one call for the whole tree: one batched transfer
+            return jax.make_array_from_process_local_data(sharding, tree)
+
+        def place(leaf):
+            # Several processes: each holds the whole global batch and passes on only the
+            # rows its own devices own.
+            leaf = np.asarray(leaf)
+            rows = _process_rows(sharding, leaf.shape, leading_axes)
+            local = leaf[(slice(None),) * leading_axes + (rows,)]
+            return jax.make_array_from_process_local_data(sharding, local, leaf.shape)
+
+        return jax.tree.map(place, tree)
+
+    def shard_local_batch(self, tree: Any) -> Any:
+        """Places this process's rows of a global batch (one input pipeline per process).
+
+        Args:
+            tree: pytree of NumPy arrays ``[local_rows, ...]``; every process passes the same
+                ``local_rows``, a multiple of its local replica count.
+
+        Returns:
+            Global ``jax.Array`` s ``[local_rows * process_count, ...]`` sharded ``P("batch")``,
+            process ``p`` contributing rows ``p * local_rows`` onwards.
+        """
+        count = jax.process_count()
+        return jax.tree.map(
+            lambda leaf: jax.make_array_from_process_local_data(
+                self._batch_sharded, leaf, (leaf.shape[0] * count, *leaf.shape[1:])), tree)
+
+    def fetch(self, tree: Any) -> Any:
+        """Copies a pytree of global arrays to the host as NumPy, on every process.
+
+        Arrays split over the replicas of several processes are all-gathered first, so every
+        process calls this at the same point. Mirrored arrays are read from a local copy.
+
+        Args:
+            tree: pytree of ``jax.Array`` s (any sharding on this mesh) or NumPy arrays.
+
+        Returns:
+            The same pytree of NumPy arrays with the arrays' global shapes.
+        """
+
+        def one(leaf):
+            if not isinstance(leaf, jax.Array) or leaf.is_fully_addressable:
+                return np.asarray(leaf)
+            if leaf.is_fully_replicated:
+                return np.asarray(leaf.addressable_data(0))
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+
+        return jax.tree.map(one, tree)
+
+    def compile_replica_fn(
+        self,
+        fn: Callable[..., Any],
+        in_specs: Any,
+        out_specs: Any,
+        *,
+        donate_argnums: int | tuple[int, ...] = (),
+    ) -> Callable[..., Any]:
+        """Maps a per-replica function over the mesh: ``jax.jit(jax.shard_map(fn, ...))``.
+
+        Inside ``fn``, arrays whose spec is ``P("batch")`` arrive as this replica's shard,
+        arrays with spec ``P()`` arrive whole, and collectives (``lax.psum``, ``lax.pmean``,
+        ``lax.axis_index``) use the axis name ``"batch"``.
+
+        Args:
+            fn: the per-replica function.
+            in_specs: a pytree prefix of ``PartitionSpec`` s for ``fn``'s positional args.
+            out_specs: a pytree prefix of ``PartitionSpec`` s for ``fn``'s outputs.
+            donate_argnums: positional args whose buffers the call may reuse.
+
+        Returns:
+            The compiled callable. It is compiled on first call and again only when argument
+            shapes or dtypes change.
+        """
+        mapped = jax.shard_map(
+            fn, mesh=self._mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
+        )
+        return jax.jit(mapped, donate_argnums=donate_argnums)
+
+    def check_same_across_processes(self, fields: Mapping[str, Any]) -> None:
+        """Fails fast unless every process passes equal ``fields``; see the module function."""
+        check_same_across_processes(fields)
+
+
+class InFlight:
+    """Keeps at most two device calls queued: after dispatching call ``k``, waits for ``k - 1``.
+
+    On the CPU backend with several devices, XLA's in-process all-reduce deadlocks when many
+    collective executions are queued ("Termination timeout for all reduce"). Every loop
+    (``fit``, ``evaluate``, ``predict`` and ``strategy.run``) pushes each call's outputs here,
+    which bounds the queue and still keeps dispatch asynchronous.
+
+    Example:
+        >>> bound = InFlight()
+        >>> for x in [jnp.ones(3), jnp.zeros(3)]:
+        ...     ready = bound.push(x * 2)  # the previous call's outputs, now computed
+    """
+
+    __slots__ = ("_previous",)
+
+    def __init__(self):
+        self._previous: Any = None
+
+    def push(self, outputs: Any) -> Any:
+        """Records the newest call's ``outputs`` and returns the previous call's, once ready.
+
+        Args:
+            outputs: a pytree whose ``jax.Array`` leaves (or objects with a ``values``
+                array) are the newest call's results.
+
+        Returns:
+            The previous call's outputs (``None`` for the first call), computed.
+        """
+        previous, self._previous = self._previous, outputs
+        for leaf in jax.tree.leaves(previous, is_leaf=_has_values):
+            array = getattr(leaf, "values", leaf)
+            if isinstance(array, jax.Array) and not array.is_deleted():
+                array.block_until_ready()
+        return previous
+
+
+def _has_values(leaf: Any) -> bool:
+    return isinstance(getattr(leaf, "values", None), jax.Array)
+
+
+def check_same_across_processes(fields: Mapping[str, Any]) -> None:
+    """Fails fast unless every process passes equal ``fields`` (all processes call it).
+
+    One small all-gather of a hash per field; a no-op in a single process.
+
+    Args:
+        fields: name -> a value with a stable ``repr`` (ints, shapes, strings).
+
+    Raises:
+        ValueError: naming each field that differs, with this process's value.
+    """
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    names = list(fields)
+    digests = np.array([_digest(fields[name]) for name in names], np.int32)
+    gathered = np.asarray(multihost_utils.process_allgather(digests))  # [processes, fields]
+    differ = [i for i in range(len(names)) if len(set(gathered[:, i].tolist())) > 1]
+    if differ:
+        me = jax.process_index()
+        lines = []
+        for i in differ:
+            groups: dict[int, list[int]] = {}
+            for process, digest in enumerate(gathered[:, i].tolist()):
+                groups.setdefault(digest, []).append(process)
+            same = groups[int(gathered[me, i])]
+            lines.append(f"{names[i]}: this process ({me}) has {fields[names[i]]!r}, shared by "
+                         f"processes {same}; processes "
+                         f"{sorted(set(range(len(gathered))) - set(same))} have another value")
+        raise ValueError(
+            "All processes of a MultiWorkerMirroredStrategy job must train the same model on "
+            "the same global batches, but they differ in:\n  " + "\n  ".join(lines) +
+            "\nStart every process with the same script arguments. Received: the settings above")
+
+
+def _digest(value: Any) -> int:
+    return int.from_bytes(hashlib.sha256(repr(value).encode()).digest()[:4], "little",
+                          signed=True)
+
+
+def _process_rows(sharding: NamedSharding, shape: tuple[int, ...], axis: int) -> slice:
+    """The contiguous rows of batch axis ``axis`` that this process's devices own."""
+    owned = sorted({index[axis].indices(shape[axis])[:2]
+                    for index in sharding.addressable_devices_indices_map(shape).values()})
+    start, stop = owned[0][0], owned[-1][1]
+    if sum(b - a for a, b in owned) != stop - start:
+        raise ValueError(f"This process's devices own non-contiguous rows {owned} of the batch; "
+                         f"order the mesh devices by process. Received: sharding={sharding}")
+    return slice(start, stop)
+
+
+def _validate_devices(devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+    if devices is None:
+        return tuple(jax.local_devices())
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence):
+        raise TypeError(
+            "devices must be a list of jax.Device (e.g. jax.local_devices()[:2]) or None for "
+            f"all local devices. Received: devices={devices!r}"
+        )
+    devices = tuple(devices)
+    if not devices:
+        raise ValueError(
+            "devices must name at least one device; pass None to use every local device. "
+            "Received: devices=[]"
+        )
+    bad = [d for d in devices if not isinstance(d, jax.Device)]
+    if bad:
+        raise TypeError(
+            "devices must contain jax.Device objects, as returned by jax.devices(). "
+            f"Received: devices={list(devices)!r} (not devices: {bad!r})"
+        )
+    duplicates = sorted({str(d) for d in devices if devices.count(d) > 1})
+    if duplicates:
+        raise ValueError(
+            "devices must not repeat a device: each device holds exactly one replica. "
+            f"Received: devices={list(devices)!r} (repeated: {duplicates})"
+        )
+    platforms = sorted({d.platform for d in devices})
+    if len(platforms) > 1:
+        raise ValueError(
+            "devices must all be on one platform; a mirrored all-reduce cannot span "
+            f"{' and '.join(platforms)}. Received: devices={list(devices)!r}"
+        )
+    local = set(jax.local_devices(backend=platforms[0]))
+    missing = [d for d in devices if d not in local]
+    if missing:
+        raise ValueError(
+            "devices must be addressable by this process; available devices are "
+            f"{jax.local_devices(backend=platforms[0])}. Received: devices={list(devices)!r} "
+            f"(not available: {missing})"
+        )
+    return devices

@@ -1,0 +1,131 @@
+"""A model's variables as data: reading, writing, saving and printing them.
+
+`ModelVariables` is the part of `mirrorfit.Model` that does not train: ``params``,
+``get_weights``/``set_weights`` (Keras' flat list), ``save``/``save_weights``/``load_weights``
+(through `mirrorfit._src.checkpoint`) and ``summary``. It reads the model's state and writes
+it only through ``Model.assign_state``.
+
+The weights are every numeric leaf of ``(params, model_state)``; RNG key state of nnx modules
+is not a weight. The order is ``jax.tree.leaves`` (dict keys sorted, so a Dense layer gives
+``bias`` before ``kernel``), stable across runs and processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src.state import TrainState, require_state
+
+
+def _weight_leaves(state: TrainState) -> tuple[list[Any], Any, list[int]]:
+    """Leaves and treedef of (params, model_state), and the indices that are weights."""
+    leaves, treedef = jax.tree.flatten((state.params, state.model_state))
+    numeric = [i for i, leaf in enumerate(leaves)
+               if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+    return leaves, treedef, numeric
+
+
+def get_weights(state: TrainState) -> list[np.ndarray]:
+    """The weights of ``state`` as NumPy arrays, params first."""
+    leaves, _, numeric = _weight_leaves(state)
+    return [np.asarray(leaves[i]) for i in numeric]
+
+
+def set_weights(state: TrainState, weights: Sequence[Any]) -> tuple[Any, Any]:
+    """``(params, model_state)`` of ``state`` with the leaves replaced by ``weights`` (host).
+
+    Raises:
+        ValueError: if the count or any shape differs, listing the mismatches.
+    """
+    leaves, treedef, numeric = _weight_leaves(state)
+    weights = list(weights)
+    if len(weights) != len(numeric):
+        raise ValueError(f"set_weights expected a list of {len(numeric)} arrays (as returned "
+                         f"by get_weights). Received: {len(weights)} arrays")
+    bad = [(i, leaves[i].shape, np.shape(w)) for i, w in zip(numeric, weights)
+           if tuple(leaves[i].shape) != tuple(np.shape(w))]
+    if bad:
+        lines = "; ".join(f"#{i}: expected {e}, received {r}" for i, e, r in bad[:5])
+        raise ValueError(f"set_weights got arrays of the wrong shape: {lines}")
+    new = list(leaves)
+    for i, w in zip(numeric, weights):
+        new[i] = np.asarray(w, dtype=leaves[i].dtype)
+    return jax.tree.unflatten(treedef, new)
+
+
+class ModelVariables:
+    """Reading, writing, saving and printing a model's variables; mixed into `Model`."""
+
+    @property
+    def params(self) -> Any:
+        """The Flax ``"params"`` pytree of replicated ``jax.Array`` s."""
+        return None if self._state is None else self._state.params
+
+    @property
+    def opt_state(self) -> Any:
+        """The optax state, replicated like the params (``None`` before compile)."""
+        return None if self._state is None else self._state.opt_state
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Params then other collections as NumPy arrays (see `mirrorfit._src.weights`).
+
+        Raises:
+            ValueError: for an unbuilt model.
+        """
+        return get_weights(require_state(self._state))
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Sets weights from a list in `get_weights` order; nothing changes on a mismatch.
+
+        Raises:
+            ValueError: if the model is unbuilt, or the count or any shape differs.
+        """
+        params, model_state = set_weights(require_state(self._state), weights)
+        self.assign_state(params=params, model_state=model_state)
+
+    def save_weights(self, path: str | os.PathLike) -> None:
+        """Saves params and non-param collections to directory ``path`` with orbax.
+
+        Writes a new version and then deletes the previous one, so a crash mid-save leaves
+        the previous weights loadable. No pickle is involved.
+        """
+        checkpoint_lib.save_weights(self, path)
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Loads weights saved by `save_weights` or `save`, mirrored on this model's devices.
+
+        The checkpoint may come from any number of devices. An unbuilt model is built with
+        the saved input shape first.
+
+        Raises:
+            ValueError: if the saved tree or shapes differ from the model's, listing the first
+                mismatching paths with expected and received shapes; nothing is loaded.
+            mirrorfit._src.checkpoint.CheckpointError: (a ``ValueError``) naming the
+                checkpoint if it is missing, truncated or corrupted.
+        """
+        checkpoint_lib.load_weights(self, path)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Saves the whole model to directory ``path``: weights, optimizer state, step, RNG.
+
+        Compile arguments given as names (``"adam"``, ``"mse"``, ``["accuracy"]``) are stored
+        too; objects are not (that would need pickle) and are passed again to `load_model`.
+        """
+        checkpoint_lib.save_model(self, path)
+
+    def summary(self, print_fn: Callable[[str], Any] = print) -> None:
+        """Prints the layer table from Flax's own ``tabulate``.
+
+        Raises:
+            ValueError: for an unbuilt model.
+        """
+        require_state(self._state)
+        sample = jax.tree.map(lambda spec: np.zeros((1, *spec.shape), spec.dtype),
+                              self._input_spec)
+        print_fn(self._adapter.tabulate(jax.random.PRNGKey(self.seed), sample))
