@@ -138,8 +138,8 @@ def test_get_passes_gradient_transformations_through():
 
 
 def test_get_unknown_name_raises_value_error():
-    with pytest.raises(ValueError, match=r"'adamw'.*Received: optimizer='adagrad'"):
-        optimizers.get("adagrad")
+    with pytest.raises(ValueError, match=r"'adamw'.*Received: optimizer='adamwx'"):
+        optimizers.get("adamwx")
 
 
 def test_get_wrong_type_raises_type_error():
