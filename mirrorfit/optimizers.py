@@ -4,7 +4,9 @@
 from mirrorfit._src.optimizer_base import Optimizer as Optimizer
 from mirrorfit._src.optimizer_base import OptimizerOptions as OptimizerOptions
 from mirrorfit._src.optimizer_options import ema_params as ema_params
-from mirrorfit._src.optimizer_options import finalize_variable_values as finalize_variable_values
+from mirrorfit._src.optimizer_options import (
+    finalize_variable_values as finalize_variable_values,
+)
 from mirrorfit._src.optimizers import SGD as SGD
 from mirrorfit._src.optimizers import Adadelta as Adadelta
 from mirrorfit._src.optimizers import Adafactor as Adafactor

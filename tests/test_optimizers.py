@@ -266,7 +266,7 @@ def keras_adafactor(params, grads, lr, beta_2_decay=-0.8, eps1=1e-30, eps2=1e-3,
     r = {k: 0.0 for k in params}
     c = {k: 0.0 for k in params}
     v = {k: 0.0 for k in params}
-    rms = lambda x: np.sqrt(np.mean(np.square(x)))  # noqa: E731
+    rms = lambda x: np.sqrt(np.mean(np.square(x)))
     history = []
     for t, grad in enumerate(grads, start=1):
         rho = min(lr, 1 / np.sqrt(t))

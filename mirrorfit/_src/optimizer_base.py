@@ -12,8 +12,9 @@ callbacks and checkpoints find it. On top, as a Keras optimizer: ``get_config`` 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from typing import Any, Self, TypedDict
 
+import jax
 import optax
 
 from mirrorfit._src import optimizer_options as options_lib
@@ -86,10 +87,16 @@ class Optimizer(optax.GradientTransformationExtraArgs):
     _arguments: dict[str, Any]  # the constructor's arguments, defaults included
     _exclusions: _Exclusions
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A leafless pytree node: JAX would otherwise flatten the tuple (init, update) and
+        # rebuild it as ``cls(init, update)``, which is a different constructor call.
+        jax.tree_util.register_static(cls)
+
     @classmethod
     def _create(cls, learning_rate: Any,
                 rule: Callable[[Any], optax.GradientTransformation],
-                hyperparams: dict[str, Any], options: dict[str, Any]) -> Any:
+                hyperparams: dict[str, Any], options: dict[str, Any]) -> Self:
         """Builds the optimizer.
 
         Args:
@@ -171,10 +178,10 @@ class Optimizer(optax.GradientTransformationExtraArgs):
         ``"exclude_from_weight_decay"``.
 
         Raises:
-            ValueError: if the learning rate is an optax schedule (a function, not JSON).
+            TypeError: if the learning rate is an optax schedule (a function, not JSON).
         """
         if callable(self._arguments["learning_rate"]):
-            raise ValueError(
+            raise TypeError(
                 "get_config needs a float learning rate: an optax schedule is a function and "
                 "cannot be stored as JSON. Pass the optimizer object again instead. Received: "
                 f"learning_rate={self._arguments['learning_rate']!r}")
@@ -184,7 +191,7 @@ class Optimizer(optax.GradientTransformationExtraArgs):
         return config
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Any:
+    def from_config(cls, config: dict[str, Any]) -> Self:
         """Rebuilds an optimizer from `get_config`'s output.
 
         Raises:

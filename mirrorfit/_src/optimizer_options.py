@@ -65,6 +65,7 @@ def check_options(**options: Any) -> Options:
             negative ``weight_decay``, ``ema_momentum`` outside ``[0, 1]``, an
             ``ema_overwrite_frequency`` that is not a positive int, or a
             ``gradient_accumulation_steps`` that is not an int >= 2.
+        TypeError: for a ``use_ema`` that is not a bool.
     """
     unknown = sorted(set(options) - set(Options._fields))
     if unknown:
@@ -87,7 +88,7 @@ def check_options(**options: Any) -> Options:
         raise ValueError("`weight_decay` must be a float >= 0, or None for no weight decay. "
                          f"Received: weight_decay={opts.weight_decay!r}")
     if not isinstance(opts.use_ema, bool):
-        raise ValueError(f"`use_ema` must be a bool. Received: use_ema={opts.use_ema!r}")
+        raise TypeError(f"`use_ema` must be a bool. Received: use_ema={opts.use_ema!r}")
     if not _is_real(opts.ema_momentum) or not 0 <= opts.ema_momentum <= 1:
         raise ValueError("`ema_momentum` must be in the range [0, 1]. "
                          f"Received: ema_momentum={opts.ema_momentum!r}")
@@ -312,7 +313,9 @@ def with_options(rule: optax.GradientTransformation, learning_rate: Any, options
 
 
 def _ema_states(opt_state: Any) -> list[EmaState]:
-    is_ema = lambda node: isinstance(node, EmaState)  # noqa: E731
+    def is_ema(node):
+        return isinstance(node, EmaState)
+
     return [n for n in jax.tree.leaves(opt_state, is_leaf=is_ema) if is_ema(n)]
 
 

@@ -15,7 +15,7 @@ the unscaled direction, Keras of the scaled step.
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import Any, Self, Unpack
 
 import optax
 
@@ -49,7 +49,7 @@ class Adam(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
-                **options: Unpack[OptimizerOptions]) -> Adam:
+                **options: Unpack[OptimizerOptions]) -> Self:
         return cls._create(learning_rate,
                            _adam_like(rules.scale_by_keras_adam(beta_1, beta_2, epsilon)),
                            {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
@@ -73,7 +73,7 @@ class AdamW(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, weight_decay: float = 0.004,
                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
-                **options: Unpack[OptimizerOptions]) -> AdamW:
+                **options: Unpack[OptimizerOptions]) -> Self:
         if weight_decay is None:
             raise ValueError("Argument `weight_decay` must be a float. Received: "
                              "weight_decay=None")
@@ -97,7 +97,7 @@ class SGD(Optimizer):
     """
 
     def __new__(cls, learning_rate: LearningRate = 0.01, momentum: float = 0.0,
-                nesterov: bool = False, **options: Unpack[OptimizerOptions]) -> SGD:
+                nesterov: bool = False, **options: Unpack[OptimizerOptions]) -> Self:
         if not 0 <= momentum <= 1:
             raise ValueError("`momentum` must be a float between [0, 1]. "
                              f"Received: momentum={momentum!r}")
@@ -122,7 +122,7 @@ class RMSprop(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, rho: float = 0.9,
                 momentum: float = 0.0, epsilon: float = 1e-7, centered: bool = False,
-                **options: Unpack[OptimizerOptions]) -> RMSprop:
+                **options: Unpack[OptimizerOptions]) -> Self:
         def rule(lr):
             return optax.rmsprop(lr, decay=rho, eps=epsilon, eps_in_sqrt=True,
                                  centered=centered, momentum=momentum or None)
@@ -146,7 +146,7 @@ class Adagrad(Optimizer):
     """
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, initial_accumulator_value: float = 0.1,
-                epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Adagrad:
+                epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Self:
         return cls._create(
             learning_rate, lambda lr: optax.adagrad(lr, initial_accumulator_value, epsilon),
             {"initial_accumulator_value": initial_accumulator_value, "epsilon": epsilon}, options)
@@ -165,7 +165,7 @@ class Adadelta(Optimizer):
     """
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, rho: float = 0.95,
-                epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Adadelta:
+                epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Self:
         return cls._create(learning_rate, lambda lr: optax.adadelta(lr, rho, epsilon),
                            {"rho": rho, "epsilon": epsilon}, options)
 
@@ -183,7 +183,7 @@ class Adamax(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
-                **options: Unpack[OptimizerOptions]) -> Adamax:
+                **options: Unpack[OptimizerOptions]) -> Self:
         return cls._create(learning_rate,
                            _adam_like(rules.scale_by_keras_adamax(beta_1, beta_2, epsilon)),
                            {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
@@ -201,7 +201,7 @@ class Nadam(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
-                **options: Unpack[OptimizerOptions]) -> Nadam:
+                **options: Unpack[OptimizerOptions]) -> Self:
         return cls._create(learning_rate,
                            _adam_like(rules.scale_by_keras_nadam(beta_1, beta_2, epsilon)),
                            {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
@@ -222,7 +222,7 @@ class Adafactor(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_2_decay: float = -0.8,
                 epsilon_1: float = 1e-30, epsilon_2: float = 1e-3, clip_threshold: float = 1.0,
-                relative_step: bool = True, **options: Unpack[OptimizerOptions]) -> Adafactor:
+                relative_step: bool = True, **options: Unpack[OptimizerOptions]) -> Self:
         return cls._create(
             learning_rate,
             lambda lr: rules.keras_adafactor(lr, beta_2_decay, epsilon_1, epsilon_2,
@@ -248,7 +248,7 @@ class Lion(Optimizer):
     """
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
-                beta_2: float = 0.99, **options: Unpack[OptimizerOptions]) -> Lion:
+                beta_2: float = 0.99, **options: Unpack[OptimizerOptions]) -> Self:
         if beta_1 <= 0 or beta_1 > 1:
             raise ValueError("Argument `beta_1` must be in the [0, 1] range. Otherwise, the "
                              f"optimizer degenerates to SignSGD. Received: beta_1={beta_1}.")
@@ -273,7 +273,7 @@ class Lamb(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
-                **options: Unpack[OptimizerOptions]) -> Lamb:
+                **options: Unpack[OptimizerOptions]) -> Self:
         def rule(lr):
             return optax.chain(optax.scale_by_adam(beta_1, beta_2, epsilon),
                                optax.scale_by_trust_ratio(), optax.scale_by_learning_rate(lr))
@@ -303,7 +303,7 @@ class Ftrl(Optimizer):
                 initial_accumulator_value: float = 0.1, l1_regularization_strength: float = 0.0,
                 l2_regularization_strength: float = 0.0,
                 l2_shrinkage_regularization_strength: float = 0.0, beta: float = 0.0,
-                **options: Unpack[OptimizerOptions]) -> Ftrl:
+                **options: Unpack[OptimizerOptions]) -> Self:
         hyperparams = {
             "learning_rate_power": learning_rate_power,
             "initial_accumulator_value": initial_accumulator_value,
@@ -341,7 +341,7 @@ def serialize(optimizer: Optimizer) -> dict[str, Any]:
 
     Raises:
         TypeError: if ``optimizer`` is not an ``mf.optimizers`` optimizer.
-        ValueError: if its learning rate is a schedule (see `Optimizer.get_config`).
+        TypeError: also if its learning rate is a schedule (see `Optimizer.get_config`).
     """
     if not isinstance(optimizer, Optimizer):
         raise TypeError(
