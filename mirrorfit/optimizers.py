@@ -1,9 +1,46 @@
-"""Keras-named optax optimizers with Keras 3 defaults, e.g. ``mf.optimizers.Adam(1e-4)``."""
+"""Keras-named optax optimizers with Keras 3 defaults and options, e.g.
+``mf.optimizers.Adam(1e-4, clipnorm=1.0, use_ema=True)``."""
 
+from mirrorfit._src.optimizer_base import Optimizer as Optimizer
+from mirrorfit._src.optimizer_base import OptimizerOptions as OptimizerOptions
+from mirrorfit._src.optimizer_options import ema_params as ema_params
+from mirrorfit._src.optimizer_options import (
+    finalize_variable_values as finalize_variable_values,
+)
 from mirrorfit._src.optimizers import SGD as SGD
+from mirrorfit._src.optimizers import Adadelta as Adadelta
+from mirrorfit._src.optimizers import Adafactor as Adafactor
+from mirrorfit._src.optimizers import Adagrad as Adagrad
 from mirrorfit._src.optimizers import Adam as Adam
+from mirrorfit._src.optimizers import Adamax as Adamax
 from mirrorfit._src.optimizers import AdamW as AdamW
+from mirrorfit._src.optimizers import Ftrl as Ftrl
+from mirrorfit._src.optimizers import Lamb as Lamb
+from mirrorfit._src.optimizers import Lion as Lion
+from mirrorfit._src.optimizers import Nadam as Nadam
 from mirrorfit._src.optimizers import RMSprop as RMSprop
+from mirrorfit._src.optimizers import deserialize as deserialize
 from mirrorfit._src.optimizers import get as get
+from mirrorfit._src.optimizers import serialize as serialize
 
-__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "get"]
+__all__ = [
+    "SGD",
+    "Adadelta",
+    "Adafactor",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Ftrl",
+    "Lamb",
+    "Lion",
+    "Nadam",
+    "Optimizer",
+    "OptimizerOptions",
+    "RMSprop",
+    "deserialize",
+    "ema_params",
+    "finalize_variable_values",
+    "get",
+    "serialize",
+]

@@ -1,175 +1,115 @@
-"""Keras-named optimizers built from optax, with Keras 3 defaults and update rules.
+"""Keras-named optimizers built from optax, with Keras 3 defaults, update rules and options.
 
-This module owns the optimizers that ``Model.compile(optimizer=...)`` accepts and
-the ``get`` lookup from Keras names. Each optimizer is an
-``optax.GradientTransformation`` wrapped in ``optax.inject_hyperparams``, so its
-learning rate lives in the optimizer state,
-``opt_state.hyperparams["learning_rate"]`` (a float32 scalar), where a
-learning-rate callback can read and replace it between steps without
-recompiling the train step.
+This module owns the optimizer classes that ``Model.compile(optimizer=...)`` accepts and
+the lookups ``get`` (names, configs, objects), ``serialize`` and ``deserialize``. Each
+optimizer is an `Optimizer` (an ``optax.GradientTransformation``) whose learning rate
+lives in ``opt_state.hyperparams["learning_rate"]``; every one takes Keras' options
+(`OptimizerOptions`: clipping, weight decay, EMA, gradient accumulation).
 
-Keras' Adam uses "epsilon hat": ``lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``,
-which optax's ``scale_by_adam`` (``m_hat / (sqrt(v_hat) + eps)``) only matches with an
-``eps`` that changes every step. Adam and AdamW therefore use `scale_by_keras_adam`, which
-computes Keras' formula directly with optax's moment updates and ``ScaleByAdamState``.
+The rules use optax where optax computes Keras' formula (SGD, RMSprop with
+``eps_in_sqrt``, Adagrad, Adadelta, Lion, Lamb) and `optimizer_rules` where it does not
+(Adam/AdamW's "epsilon hat", Adamax, Nadam, Adafactor, Ftrl). SGD's and RMSprop's
+momentum equal Keras' while the learning rate is constant: optax keeps the momentum of
+the unscaled direction, Keras of the scaled step.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from typing import Any, Self, Unpack
 
-import jax
-import jax.numpy as jnp
 import optax
 
-
-# Hyperparameters other than the learning rate stay compile-time constants: only the learning
-# rate is changed during training (by the learning-rate callbacks), and every array in the
-# optimizer state is one more buffer per device in each step.
-_STATIC = ("b1", "b2", "eps", "eps_root", "weight_decay", "momentum", "decay", "initial_scale")
+from mirrorfit._src import optimizer_rules as rules
+from mirrorfit._src.optimizer_base import LearningRate, Optimizer, OptimizerOptions
 
 
-def _injected(factory: Callable[..., optax.GradientTransformation]):
-    """``optax.inject_hyperparams(factory)`` with the `_STATIC` arguments it has kept static."""
-    names = set(inspect.signature(factory).parameters)
-    return optax.inject_hyperparams(factory, static_args=tuple(a for a in _STATIC if a in names))
+def _adam_like(direction: optax.GradientTransformation):
+    return lambda lr: optax.chain(direction, optax.scale_by_learning_rate(lr))
 
 
-def scale_by_keras_adam(b1: float, b2: float, eps: float) -> optax.GradientTransformation:
-    """Keras 3's Adam direction ``sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``.
-
-    ``m`` and ``v`` are optax's first and second moments (``optax.scale_by_adam``'s state),
-    ``t`` the number of updates including this one. Chain with
-    ``optax.scale_by_learning_rate`` for the step ``-lr * direction``.
-
-    Args:
-        b1: decay of the first-moment estimate.
-        b2: decay of the second-moment estimate.
-        eps: Keras' "epsilon hat", added to ``sqrt(v)`` before bias correction.
-
-    Returns:
-        An ``optax.GradientTransformation`` with state ``optax.ScaleByAdamState``.
-
-    Example:
-        >>> direction = scale_by_keras_adam(0.9, 0.999, 1e-7)
-        >>> state = direction.init(jnp.zeros(2))
-        >>> direction.update(jnp.ones(2), state)[0]
-        Array([0.9999901, 0.9999901], dtype=float32)
-    """
-
-    def init(params):
-        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32),
-                                      mu=optax.tree.zeros_like(params),
-                                      nu=optax.tree.zeros_like(params))
-
-    def update(updates, state, params=None):
-        del params
-        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
-        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
-        count = optax.safe_increment(state.count)
-        t = count.astype(jnp.float32)
-        alpha = jnp.sqrt(1.0 - jnp.float32(b2) ** t) / (1.0 - jnp.float32(b1) ** t)
-        updates = jax.tree.map(lambda m, v: alpha * m / (jnp.sqrt(v) + eps), mu, nu)
-        return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
-
-    return optax.GradientTransformation(init, update)
-
-
-def _keras_adam(learning_rate, b1: float, b2: float, eps: float, weight_decay: float = 0.0
-                ) -> optax.GradientTransformation:
-    """Keras' (W)Adam: `scale_by_keras_adam`, decoupled weight decay, ``-learning_rate``."""
-    decay = [optax.add_decayed_weights(weight_decay)] if weight_decay else []
-    return optax.chain(scale_by_keras_adam(b1, b2, eps), *decay,
-                       optax.scale_by_learning_rate(learning_rate))
-
-
-def Adam(  # noqa: N802 - named as tf.keras.optimizers.Adam.
-    learning_rate: float = 1e-3,
-    beta_1: float = 0.9,
-    beta_2: float = 0.999,
-    epsilon: float = 1e-7,
-) -> optax.GradientTransformation:
-    """Adam with Keras 3 defaults and update rule.
+class Adam(Optimizer):
+    """Adam, as ``keras.optimizers.Adam``: ``w -= lr sqrt(1-b2^t)/(1-b1^t) m/(sqrt(v)+eps)``.
 
     Args:
         learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
         beta_1: decay of the first-moment estimate.
         beta_2: decay of the second-moment estimate.
         epsilon: Keras' "epsilon hat" (added to ``sqrt(v)`` before bias correction).
+        **options: Keras' `OptimizerOptions` (``clipnorm``, ``weight_decay``, ...).
 
-    Returns:
-        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+    Raises:
+        ValueError: for a bad learning rate or option, naming it.
 
     Example:
-        >>> opt = Adam(learning_rate=1e-4)
+        >>> opt = Adam(learning_rate=1e-4, clipnorm=1.0)
         >>> state = opt.init({"w": jnp.zeros(3)})
         >>> float(state.hyperparams["learning_rate"])
         9.999999747378752e-05
     """
-    return _injected(_keras_adam)(learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=epsilon)
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
+                beta_2: float = 0.999, epsilon: float = 1e-7,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        return cls._create(learning_rate,
+                           _adam_like(rules.scale_by_keras_adam(beta_1, beta_2, epsilon)),
+                           {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
 
 
-def AdamW(  # noqa: N802 - named as tf.keras.optimizers.AdamW.
-    learning_rate: float = 1e-3,
-    weight_decay: float = 0.004,
-    beta_1: float = 0.9,
-    beta_2: float = 0.999,
-    epsilon: float = 1e-7,
-) -> optax.GradientTransformation:
-    """AdamW with Keras 3 defaults and update rule.
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay, as ``keras.optimizers.AdamW``.
 
-    Keras decays every variable by ``lr * weight_decay * w`` before the Adam step,
-    as ``optax.adamw`` does (all parameters, no mask).
+    Every param is decayed by ``w -= w * weight_decay * lr`` before the Adam step, biases
+    and norms included, as Keras; exclude some with `exclude_from_weight_decay`.
 
     Args:
         learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
         weight_decay: decoupled weight decay, scaled by the learning rate.
-        beta_1: decay of the first-moment estimate.
-        beta_2: decay of the second-moment estimate.
-        epsilon: Keras' "epsilon hat" (added to ``sqrt(v)`` before bias correction).
+        beta_1, beta_2, epsilon: as `Adam`.
+        **options: Keras' `OptimizerOptions` (``clipnorm``, ``use_ema``, ...).
 
-    Returns:
-        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+    Raises:
+        ValueError: for a bad learning rate or option, or ``weight_decay=None``.
     """
-    return _injected(_keras_adam)(learning_rate=learning_rate, b1=beta_1, b2=beta_2, eps=epsilon,
-                                  weight_decay=weight_decay)
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, weight_decay: float = 0.004,
+                beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        if weight_decay is None:
+            raise ValueError("Argument `weight_decay` must be a float. Received: "
+                             "weight_decay=None")
+        return cls._create(learning_rate,
+                           _adam_like(rules.scale_by_keras_adam(beta_1, beta_2, epsilon)),
+                           {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon},
+                           {**options, "weight_decay": weight_decay})
 
 
-def SGD(  # noqa: N802 - named as tf.keras.optimizers.SGD.
-    learning_rate: float = 0.01,
-    momentum: float = 0.0,
-    nesterov: bool = False,
-) -> optax.GradientTransformation:
-    """Stochastic gradient descent with Keras 3 defaults.
-
-    With a constant learning rate, optax's momentum trace equals Keras'
-    ``m = momentum * m - lr * g`` (and its Nesterov variant).
+class SGD(Optimizer):
+    """Stochastic gradient descent, as ``keras.optimizers.SGD`` (``optax.sgd``).
 
     Args:
         learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
-        momentum: momentum in ``[0, 1)``; 0 is plain SGD.
+        momentum: momentum in ``[0, 1]``; 0 is plain SGD.
         nesterov: whether to use Nesterov momentum.
+        **options: Keras' `OptimizerOptions`.
 
-    Returns:
-        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+    Raises:
+        ValueError: for ``momentum`` outside ``[0, 1]`` or a bad option.
     """
-    return _injected(optax.sgd)(
-        learning_rate=learning_rate, momentum=momentum or None, nesterov=nesterov
-    )
+
+    def __new__(cls, learning_rate: LearningRate = 0.01, momentum: float = 0.0,
+                nesterov: bool = False, **options: Unpack[OptimizerOptions]) -> Self:
+        if not 0 <= momentum <= 1:
+            raise ValueError("`momentum` must be a float between [0, 1]. "
+                             f"Received: momentum={momentum!r}")
+        return cls._create(
+            learning_rate, lambda lr: optax.sgd(lr, momentum=momentum or None, nesterov=nesterov),
+            {"momentum": momentum, "nesterov": nesterov}, options)
 
 
-def RMSprop(  # noqa: N802 - named as tf.keras.optimizers.RMSprop.
-    learning_rate: float = 1e-3,
-    rho: float = 0.9,
-    momentum: float = 0.0,
-    epsilon: float = 1e-7,
-    centered: bool = False,
-) -> optax.GradientTransformation:
-    """RMSprop with Keras 3 defaults and update rule.
+class RMSprop(Optimizer):
+    """RMSprop, as ``keras.optimizers.RMSprop``: ``w -= lr * g / sqrt(v + epsilon)``.
 
-    Keras 3 adds ``epsilon`` inside the square root,
-    ``w -= lr * g / sqrt(v + epsilon)``, which is optax's ``eps_in_sqrt=True``.
+    Keras adds ``epsilon`` inside the square root, optax's ``eps_in_sqrt=True``.
 
     Args:
         learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
@@ -177,43 +117,279 @@ def RMSprop(  # noqa: N802 - named as tf.keras.optimizers.RMSprop.
         momentum: momentum applied to the scaled update; 0 disables it.
         epsilon: added to the (centered) mean square before the square root.
         centered: whether to normalize by the estimated variance of the gradient.
-
-    Returns:
-        An ``optax.GradientTransformation`` made by ``optax.inject_hyperparams``.
+        **options: Keras' `OptimizerOptions`.
     """
-    return _injected(optax.rmsprop)(
-        learning_rate=learning_rate,
-        decay=rho,
-        eps=epsilon,
-        eps_in_sqrt=True,
-        centered=centered,
-        momentum=momentum or None,
-    )
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, rho: float = 0.9,
+                momentum: float = 0.0, epsilon: float = 1e-7, centered: bool = False,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        def rule(lr):
+            return optax.rmsprop(lr, decay=rho, eps=epsilon, eps_in_sqrt=True,
+                                 centered=centered, momentum=momentum or None)
+
+        return cls._create(learning_rate, rule, {"rho": rho, "momentum": momentum,
+                                                 "epsilon": epsilon, "centered": centered},
+                           options)
 
 
-_BY_NAME: dict[str, Callable[[], optax.GradientTransformation]] = {
-    "adam": Adam,
-    "adamw": AdamW,
-    "sgd": SGD,
-    "rmsprop": RMSprop,
-}
+class Adagrad(Optimizer):
+    """Adagrad, as ``keras.optimizers.Adagrad``: ``n += g^2; w -= lr g / sqrt(n + eps)``.
 
-
-def get(identifier: str | optax.GradientTransformation) -> optax.GradientTransformation:
-    """Returns the optimizer for ``Model.compile(optimizer=...)``.
+    ``optax.adagrad`` computes the same (its accumulator starts at
+    ``initial_accumulator_value``).
 
     Args:
-        identifier: an ``optax.GradientTransformation`` (returned as is) or a Keras
-            optimizer name, case-insensitive: ``"adam"``, ``"adamw"``, ``"sgd"``,
-            ``"rmsprop"`` (built with Keras 3 defaults).
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        initial_accumulator_value: starting value of the sum of squared gradients.
+        epsilon: added to the sum before the square root.
+        **options: Keras' `OptimizerOptions`.
+    """
 
-    Returns:
-        An ``optax.GradientTransformation``. Named optimizers keep their learning
-        rate in ``opt_state.hyperparams["learning_rate"]``.
+    def __new__(cls, learning_rate: LearningRate = 1e-3, initial_accumulator_value: float = 0.1,
+                epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Self:
+        return cls._create(
+            learning_rate, lambda lr: optax.adagrad(lr, initial_accumulator_value, epsilon),
+            {"initial_accumulator_value": initial_accumulator_value, "epsilon": epsilon}, options)
+
+
+class Adadelta(Optimizer):
+    """Adadelta, as ``keras.optimizers.Adadelta`` (``optax.adadelta`` computes the same).
+
+    ``d = sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps) * g``; ``w -= lr * d``.
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        rho: decay of both moving averages.
+        epsilon: added inside both square roots.
+        **options: Keras' `OptimizerOptions`.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, rho: float = 0.95,
+                epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Self:
+        return cls._create(learning_rate, lambda lr: optax.adadelta(lr, rho, epsilon),
+                           {"rho": rho, "epsilon": epsilon}, options)
+
+
+class Adamax(Optimizer):
+    """Adamax, as ``keras.optimizers.Adamax``: ``w -= lr m / ((1 - b1^t)(u + eps))``.
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        beta_1: decay of the first-moment estimate.
+        beta_2: decay of the infinity norm ``u = max(beta_2 u, |g|)``.
+        epsilon: added to ``u``.
+        **options: Keras' `OptimizerOptions`.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
+                beta_2: float = 0.999, epsilon: float = 1e-7,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        return cls._create(learning_rate,
+                           _adam_like(rules.scale_by_keras_adamax(beta_1, beta_2, epsilon)),
+                           {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
+
+
+class Nadam(Optimizer):
+    """Nadam, as ``keras.optimizers.Nadam`` (Dozat's momentum schedule, see
+    `optimizer_rules.scale_by_keras_nadam`).
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        beta_1, beta_2, epsilon: as `Adam`.
+        **options: Keras' `OptimizerOptions`.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
+                beta_2: float = 0.999, epsilon: float = 1e-7,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        return cls._create(learning_rate,
+                           _adam_like(rules.scale_by_keras_nadam(beta_1, beta_2, epsilon)),
+                           {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
+
+
+class Adafactor(Optimizer):
+    """Adafactor, as ``keras.optimizers.Adafactor`` (see `optimizer_rules.keras_adafactor`).
+
+    Args:
+        learning_rate: upper bound of the relative step ``min(lr, 1/sqrt(t))``.
+        beta_2_decay: exponent of the second-moment decay ``1 - t^beta_2_decay``.
+        epsilon_1: added to ``g^2``.
+        epsilon_2: lower bound of the parameter scale ``rms(w)``.
+        clip_threshold: bound on the RMS of the unscaled update.
+        relative_step: kept for Keras' signature; Keras' step is relative either way.
+        **options: Keras' `OptimizerOptions`.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, beta_2_decay: float = -0.8,
+                epsilon_1: float = 1e-30, epsilon_2: float = 1e-3, clip_threshold: float = 1.0,
+                relative_step: bool = True, **options: Unpack[OptimizerOptions]) -> Self:
+        return cls._create(
+            learning_rate,
+            lambda lr: rules.keras_adafactor(lr, beta_2_decay, epsilon_1, epsilon_2,
+                                             clip_threshold),
+            {"beta_2_decay": beta_2_decay, "epsilon_1": epsilon_1, "epsilon_2": epsilon_2,
+             "clip_threshold": clip_threshold, "relative_step": relative_step}, options)
+
+
+class Lion(Optimizer):
+    """Lion, as ``keras.optimizers.Lion`` (``optax.scale_by_lion`` computes the same).
+
+    ``w -= lr * sign(b1 m + (1 - b1) g)``; then ``m = b2 m + (1 - b2) g``. Unlike
+    ``optax.lion`` there is no weight decay by default (Keras' ``weight_decay=None``).
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        beta_1: interpolation for the update direction, in ``(0, 1]``.
+        beta_2: decay of the momentum.
+        **options: Keras' `OptimizerOptions`.
 
     Raises:
-        ValueError: for an unknown name.
-        TypeError: for anything that is neither a string nor a GradientTransformation.
+        ValueError: for ``beta_1`` outside ``(0, 1]`` or a bad option.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
+                beta_2: float = 0.99, **options: Unpack[OptimizerOptions]) -> Self:
+        if beta_1 <= 0 or beta_1 > 1:
+            raise ValueError("Argument `beta_1` must be in the [0, 1] range. Otherwise, the "
+                             f"optimizer degenerates to SignSGD. Received: beta_1={beta_1}.")
+        return cls._create(learning_rate, _adam_like(optax.scale_by_lion(beta_1, beta_2)),
+                           {"beta_1": beta_1, "beta_2": beta_2}, options)
+
+
+class Lamb(Optimizer):
+    """Lamb, as ``keras.optimizers.Lamb``: Adam's ``m_hat / (sqrt(v_hat) + eps)`` scaled
+    by the trust ratio ``|w| / |update|`` (1 if either is 0).
+
+    Built from ``optax.scale_by_adam`` and ``optax.scale_by_trust_ratio``, which compute
+    Keras' formula. Weight decay is Keras' decoupled one, before the step (``optax.lamb``
+    puts it inside the trust ratio).
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        beta_1, beta_2: as `Adam`.
+        epsilon: added to the bias-corrected ``sqrt(v)``.
+        **options: Keras' `OptimizerOptions`.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
+                beta_2: float = 0.999, epsilon: float = 1e-7,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        def rule(lr):
+            return optax.chain(optax.scale_by_adam(beta_1, beta_2, epsilon),
+                               optax.scale_by_trust_ratio(), optax.scale_by_learning_rate(lr))
+
+        return cls._create(learning_rate, rule,
+                           {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}, options)
+
+
+class Ftrl(Optimizer):
+    """FTRL-Proximal, as ``keras.optimizers.Ftrl`` (see `optimizer_rules.keras_ftrl`).
+
+    Args:
+        learning_rate: step size; stored in ``opt_state.hyperparams["learning_rate"]``.
+        learning_rate_power: ``<= 0``.
+        initial_accumulator_value: ``>= 0``.
+        l1_regularization_strength: ``>= 0``.
+        l2_regularization_strength: ``>= 0``.
+        l2_shrinkage_regularization_strength: ``>= 0``.
+        beta: added to the L2 strength as ``beta / (2 lr)``.
+        **options: Keras' `OptimizerOptions`.
+
+    Raises:
+        ValueError: naming the argument, for one outside its range, as Keras.
+    """
+
+    def __new__(cls, learning_rate: LearningRate = 1e-3, learning_rate_power: float = -0.5,
+                initial_accumulator_value: float = 0.1, l1_regularization_strength: float = 0.0,
+                l2_regularization_strength: float = 0.0,
+                l2_shrinkage_regularization_strength: float = 0.0, beta: float = 0.0,
+                **options: Unpack[OptimizerOptions]) -> Self:
+        hyperparams = {
+            "learning_rate_power": learning_rate_power,
+            "initial_accumulator_value": initial_accumulator_value,
+            "l1_regularization_strength": l1_regularization_strength,
+            "l2_regularization_strength": l2_regularization_strength,
+            "l2_shrinkage_regularization_strength": l2_shrinkage_regularization_strength,
+            "beta": beta,
+        }
+        if learning_rate_power > 0.0:
+            raise ValueError("`learning_rate_power` needs to be negative or zero. "
+                             f"Received: learning_rate_power={learning_rate_power}.")
+        for name, value in hyperparams.items():
+            if name not in ("learning_rate_power", "beta") and value < 0.0:
+                raise ValueError(f"`{name}` needs to be positive or zero. "
+                                 f"Received: {name}={value}.")
+
+        def rule(lr):
+            return rules.keras_ftrl(lr, learning_rate_power, initial_accumulator_value,
+                                    l1_regularization_strength, l2_regularization_strength,
+                                    l2_shrinkage_regularization_strength, beta)
+
+        return cls._create(learning_rate, rule, hyperparams, options)
+
+
+OPTIMIZERS: dict[str, type[Optimizer]] = {
+    cls.__name__.lower(): cls
+    for cls in (Adam, AdamW, SGD, RMSprop, Adagrad, Adadelta, Adamax, Nadam, Adafactor, Lion,
+                Lamb, Ftrl)
+}
+"""Keras' lower-case names (``"adam"``, ``"rmsprop"``, ...) of the optimizer classes."""
+
+
+def serialize(optimizer: Optimizer) -> dict[str, Any]:
+    """``{"class_name": ..., "config": ...}``, JSON-able, as ``keras.optimizers.serialize``.
+
+    Raises:
+        TypeError: if ``optimizer`` is not an ``mf.optimizers`` optimizer.
+        TypeError: also if its learning rate is a schedule (see `Optimizer.get_config`).
+    """
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(
+            "serialize takes an mf.optimizers optimizer (e.g. mf.optimizers.Adam()); other optax "
+            f"transformations have no config. Received: optimizer={optimizer!r}")
+    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+
+
+def deserialize(config: dict[str, Any]) -> Optimizer:
+    """Rebuilds an optimizer from `serialize`'s output, as ``keras.optimizers.deserialize``.
+
+    Args:
+        config: ``{"class_name": "Adam", "config": {...}}``; the class name is
+            case-insensitive and ``"config"`` may be omitted (Keras defaults). Other keys
+            Keras writes (``"module"``, ``"registered_name"``) are ignored.
+
+    Raises:
+        ValueError: for an unknown class name or invalid config values.
+    """
+    class_name = config.get("class_name")
+    cls = OPTIMIZERS.get(class_name.lower()) if isinstance(class_name, str) else None
+    if cls is None:
+        raise ValueError(
+            f"Unknown optimizer class_name. Expected one of {sorted(OPTIMIZERS)} (any case), as "
+            f"in {{'class_name': 'Adam', 'config': {{...}}}}. Received: config={config!r}")
+    return cls.from_config(config.get("config") or {})
+
+
+def get(identifier: Any) -> optax.GradientTransformation:
+    """Returns the optimizer for ``Model.compile(optimizer=...)``, as ``keras.optimizers.get``.
+
+    Args:
+        identifier: one of
+            - an ``optax.GradientTransformation`` (``mf.optimizers`` objects included),
+              returned as is;
+            - an ``optax.MultiSteps``, as its ``gradient_transformation()``;
+            - a Keras optimizer name, case-insensitive: ``"adam"``, ``"adamw"``, ``"sgd"``,
+              ``"rmsprop"``, ``"adagrad"``, ``"adadelta"``, ``"adamax"``, ``"nadam"``,
+              ``"adafactor"``, ``"lion"``, ``"lamb"``, ``"ftrl"`` (Keras 3 defaults);
+            - a config dict from `serialize`.
+
+    Returns:
+        An ``optax.GradientTransformation``. Named optimizers keep their learning rate in
+        ``opt_state.hyperparams["learning_rate"]``.
+
+    Raises:
+        ValueError: for an unknown name or config.
+        TypeError: for any other object.
 
     Example:
         >>> opt = get("sgd")
@@ -222,17 +398,24 @@ def get(identifier: str | optax.GradientTransformation) -> optax.GradientTransfo
     """
     if isinstance(identifier, optax.GradientTransformation):
         return identifier
+    if isinstance(identifier, optax.MultiSteps):
+        return identifier.gradient_transformation()
     if isinstance(identifier, str):
-        make = _BY_NAME.get(identifier.lower())
-        if make is None:
+        cls = OPTIMIZERS.get(identifier.lower())
+        if cls is None:
             raise ValueError(
-                f"Unknown optimizer name. Expected one of {sorted(_BY_NAME)} or an "
+                f"Unknown optimizer name. Expected one of {sorted(OPTIMIZERS)} or an "
                 "optax.GradientTransformation (e.g. mf.optimizers.Adam(learning_rate=1e-4)). "
-                f"Received: optimizer={identifier!r}"
-            )
-        return make()
+                f"Received: optimizer={identifier!r}")
+        return cls()
+    if isinstance(identifier, dict):
+        return deserialize(identifier)
+    hint = ""
+    if isinstance(identifier, type) and issubclass(identifier, Optimizer):
+        hint = f" Call the class: {identifier.__name__}()."
+    elif callable(identifier):
+        hint = " A factory such as optax.adam must be called: optax.adam(1e-3)."
     raise TypeError(
-        "optimizer must be an optimizer name (e.g. 'adam') or an "
-        f"optax.GradientTransformation. Received: optimizer={identifier!r} "
-        f"of type {type(identifier).__name__}"
-    )
+        "optimizer must be an optimizer name (e.g. 'adam'), an optax.GradientTransformation "
+        f"(e.g. mf.optimizers.Adam(1e-3)), an optax.MultiSteps or a config dict.{hint} "
+        f"Received: optimizer={identifier!r} of type {type(identifier).__name__}")
