@@ -286,3 +286,19 @@ def test_ema_and_accumulation_state_checkpoint_and_resume_step_exactly(tmp_path,
     allclose(resumed.state.params, straight.state.params, rtol=1e-6)
     allclose(optimizers.ema_params(resumed.state.opt_state),
              optimizers.ema_params(straight.state.opt_state), rtol=1e-6)
+
+
+def test_fit_ends_with_the_ema_weights_as_keras(allclose):
+    # Keras' fit calls optimizer.finalize_variable_values after the last epoch: with use_ema,
+    # the model keeps the EMA weights, so evaluate, predict and save use them.
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 4)).astype(np.float32), rng.normal(size=(32, 3)).astype(np.float32)
+    params = {}
+    for use_ema in (False, True):
+        with mf.MirroredStrategy(jax.devices()[:2]).scope():
+            model = mf.Sequential([nn.Dense(3)], input_shape=(4,))
+            model.compile(mf.optimizers.SGD(0.1, use_ema=use_ema, ema_momentum=0.5), "mse")
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        params[use_ema] = jax.device_get(model.params)
+    allclose(params[True], jax.device_get(mf.optimizers.ema_params(model.opt_state)), rtol=0)
+    assert not np.allclose(params[True]["layers_0"]["kernel"], params[False]["layers_0"]["kernel"])

@@ -34,6 +34,7 @@ from mirrorfit._src.callbacks import Callback, CallbackList, History, LazyLogs
 from mirrorfit._src.progbar import ProgbarLogger
 from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.modules import ModuleAdapter
+from mirrorfit._src.optimizer_options import finalize_variable_values
 from mirrorfit._src.run import compile_per_replica, specs_like
 
 
@@ -204,6 +205,10 @@ class Trainer:
                 callback_list.on_epoch_end(epoch, logs)
                 if model.stop_training:
                     break
+            if first < epochs:  # as Keras: an optimizer with use_ema ends with the EMA weights
+                state = model.state
+                model.state = state._replace(
+                    params=finalize_variable_values(state.params, state.opt_state))
             callback_list.on_train_end(logs)
         finally:
             self.train_data = self.progress = None
