@@ -247,6 +247,8 @@ class Model(ModelVariables):
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split, validation_data=validation_data,
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch)
+        if isinstance(validation, data_adapters.ArrayDataAdapter):
+            self._check_input(validation.x, "validation_data")
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)
