@@ -194,6 +194,11 @@ class _ProbabilityLoss(LossFunctionWrapper):
 
     categorical = True
 
+    @property
+    def expects_probabilities(self) -> bool:
+        """Whether ``y_pred`` must be probabilities (``from_logits=False``)."""
+        return not self.fn_kwargs["from_logits"]
+
     def not_probabilities(self, y_pred: jax.Array) -> jax.Array | None:
         """bool ``[batch]``: outputs that are no probabilities; None if ``from_logits``."""
         if self.fn_kwargs["from_logits"]:

@@ -115,6 +115,10 @@ class Loss:
             mean over the real rows of the global batch (``tf.distribute``'s
             ``compute_average_loss``).
 
+    Attributes:
+        expects_probabilities: whether ``y_pred`` must be probabilities (crossentropies
+            without ``from_logits``).
+
     Raises:
         ValueError: for a ``reduction`` not in that list.
 
@@ -125,6 +129,8 @@ class Loss:
         >>> float(Cubed()(jnp.zeros((2, 1)), jnp.full((2, 1), 2.0)))
         8.0
     """
+
+    expects_probabilities: bool = False
 
     def __init__(self, name: str | None = None,
                  reduction: str | None = "sum_over_batch_size") -> None:
