@@ -203,3 +203,20 @@ def test_get_explains_metrics_it_cannot_build_from_a_name():
         metrics.get("mean_io_u")
     with pytest.raises(ValueError, match=r"Mean and Sum .*Received: metrics='mean'"):
         metrics.get("mean")
+
+
+def test_custom_metric_subclass_gets_the_stateful_api():
+    class MaxError(metrics.Metric):
+        def update(self, y_true, y_pred, sample_weight):
+            errors = jnp.where(sample_weight > 0, jnp.abs(y_true - y_pred), 0.0)
+            return {"total": jnp.sum(errors), "count": jnp.sum(sample_weight > 0)}
+
+        def result(self, stats):
+            return metrics.divide_no_nan(stats["total"], stats["count"])
+
+    metric = MaxError()
+    assert metric.name == "max_error"
+    metric.update_state(np.array([1.0, 2.0]), np.array([2.0, 0.0]))
+    metric.update_state(np.array([0.0]), np.array([3.0]), sample_weight=np.array([1.0]))
+    np.testing.assert_allclose(metric.result(), 2.0, rtol=1e-6)
+    np.testing.assert_allclose(metric.result({"total": 3.0, "count": 2.0}), 1.5, rtol=1e-6)

@@ -114,9 +114,9 @@ class Metric:
             @functools.wraps(fn)
             def result(self, stats: Stats | None = None) -> Any:
                 if stats is None:
-                    if self._state is None:
+                    stats = getattr(self, "_state", None)
+                    if stats is None:  # nothing accumulated yet: 0, as Keras' zero variables
                         return np.float32(0.0)
-                    stats = self._state
                 return fn(self, stats)
 
             result._reads_state = True
@@ -175,7 +175,7 @@ class Metric:
 
     def reset_state(self) -> None:
         """Zeroes the state, as ``keras.metrics.Metric.reset_state``."""
-        if self._state is not None:
+        if getattr(self, "_state", None) is not None:
             self._state = jax.tree.map(np.zeros_like, self._state)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -187,7 +187,8 @@ class Metric:
         """Adds the statistics of one batch of ``update_state`` inputs to the state."""
         stats = jax.tree.map(lambda leaf: np.asarray(leaf, np.float64),
                              self._batch_stats(arrays, sample_weight))
-        self._state = stats if self._state is None else jax.tree.map(np.add, self._state, stats)
+        state = getattr(self, "_state", None)
+        self._state = stats if state is None else jax.tree.map(np.add, state, stats)
 
     def _batch_stats(self, arrays: tuple, sample_weight: Any) -> Stats:
         """``update`` on host copies of ``arrays``, padding rows weighted 0."""
@@ -207,7 +208,7 @@ class Metric:
             masks += [sw_mask] if sw_mask is not None else []
         for mask in masks:
             weight = weight * mask.astype(np.float32)
-        if self._jitted_update is None:
+        if getattr(self, "_jitted_update", None) is None:
             self._jitted_update = jax.jit(self.update)
         return self._jitted_update(*arrays, weight)
 
