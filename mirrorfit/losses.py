@@ -1,12 +1,14 @@
 """Keras' losses: ``mf.losses.Huber(delta=2.0)``, ``mf.losses.huber(y_true, y_pred)``, ``get``."""
 
+from mirrorfit._src.crossentropy_losses import (
+    NOT_PROBABILITIES_WARNING as NOT_PROBABILITIES_WARNING,
+)
 from mirrorfit._src.crossentropy_losses import BinaryCrossentropy as BinaryCrossentropy
 from mirrorfit._src.crossentropy_losses import BinaryFocalCrossentropy as BinaryFocalCrossentropy
 from mirrorfit._src.crossentropy_losses import CategoricalCrossentropy as CategoricalCrossentropy
 from mirrorfit._src.crossentropy_losses import (
     CategoricalFocalCrossentropy as CategoricalFocalCrossentropy,
 )
-from mirrorfit._src.crossentropy_losses import NOT_PROBABILITIES_WARNING as NOT_PROBABILITIES_WARNING
 from mirrorfit._src.crossentropy_losses import (
     SparseCategoricalCrossentropy as SparseCategoricalCrossentropy,
 )
@@ -61,15 +63,45 @@ from mirrorfit._src.regression_losses import poisson as poisson
 from mirrorfit._src.regression_losses import squared_hinge as squared_hinge
 
 __all__ = [
-    "BinaryCrossentropy", "BinaryFocalCrossentropy", "CategoricalCrossentropy",
-    "CategoricalFocalCrossentropy", "CategoricalHinge", "CosineSimilarity", "Hinge", "Huber",
-    "KLDivergence", "LogCosh", "Loss", "LossFunctionWrapper", "MeanAbsoluteError",
-    "MeanAbsolutePercentageError", "MeanSquaredError", "MeanSquaredLogarithmicError",
-    "NOT_PROBABILITIES_WARNING", "PerExampleLoss", "Poisson", "SparseCategoricalCrossentropy",
-    "SquaredHinge", "binary_crossentropy", "binary_focal_crossentropy",
-    "categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge",
-    "cosine_similarity", "deserialize", "get", "hinge", "huber", "kl_divergence", "log_cosh",
-    "mean_absolute_error", "mean_absolute_percentage_error", "mean_squared_error",
-    "mean_squared_logarithmic_error", "poisson", "serialize", "sparse_categorical_crossentropy",
+    "NOT_PROBABILITIES_WARNING",
+    "BinaryCrossentropy",
+    "BinaryFocalCrossentropy",
+    "CategoricalCrossentropy",
+    "CategoricalFocalCrossentropy",
+    "CategoricalHinge",
+    "CosineSimilarity",
+    "Hinge",
+    "Huber",
+    "KLDivergence",
+    "LogCosh",
+    "Loss",
+    "LossFunctionWrapper",
+    "MeanAbsoluteError",
+    "MeanAbsolutePercentageError",
+    "MeanSquaredError",
+    "MeanSquaredLogarithmicError",
+    "PerExampleLoss",
+    "Poisson",
+    "SparseCategoricalCrossentropy",
+    "SquaredHinge",
+    "binary_crossentropy",
+    "binary_focal_crossentropy",
+    "categorical_crossentropy",
+    "categorical_focal_crossentropy",
+    "categorical_hinge",
+    "cosine_similarity",
+    "deserialize",
+    "get",
+    "hinge",
+    "huber",
+    "kl_divergence",
+    "log_cosh",
+    "mean_absolute_error",
+    "mean_absolute_percentage_error",
+    "mean_squared_error",
+    "mean_squared_logarithmic_error",
+    "poisson",
+    "serialize",
+    "sparse_categorical_crossentropy",
     "squared_hinge",
 ]

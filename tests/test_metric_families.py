@@ -103,7 +103,7 @@ def test_one_hot_family_f1_precision_recall_topk_equal_sklearn(n):
         metrics.Precision(class_id=1, name="p1"), metrics.Recall(class_id=1, name="r1"),
         metrics.Precision(top_k=2, name="p_top2"), metrics.Recall(top_k=2, name="r_top2"),
     ], SCORES, one_hot)
-    sk = dict(sample_weight=WEIGHTS)
+    sk = {"sample_weight": WEIGHTS}
     np.testing.assert_allclose(logs["categorical_accuracy"],
                                skm.accuracy_score(LABELS, predicted, **sk), rtol=RTOL)
     np.testing.assert_allclose(logs["top2"], skm.top_k_accuracy_score(LABELS, SCORES, k=2, **sk),
@@ -132,7 +132,7 @@ def test_binary_family_auc_precision_recall_equal_sklearn_and_keras_formula(n):
     logs = evaluate(n, ["binary_accuracy", "auc", metrics.AUC(curve="PR", name="pr_auc"),
                         "precision", "recall"],
                     PROBS[:, None], BINARY)
-    sk = dict(sample_weight=WEIGHTS)
+    sk = {"sample_weight": WEIGHTS}
     np.testing.assert_allclose(logs["binary_accuracy"],
                                skm.accuracy_score(BINARY, PROBS > 0.5, **sk), rtol=RTOL)
     np.testing.assert_allclose(logs["precision"],
@@ -150,7 +150,7 @@ def test_regression_family_equals_sklearn(n):
     y_true = np.abs(SCORES[::-1].copy()) + 0.1
     logs = evaluate(n, ["mse", "mae", "mape", "msle", metrics.RootMeanSquaredError(),
                         metrics.CosineSimilarity()], SCORES, y_true)
-    sk = dict(sample_weight=WEIGHTS)
+    sk = {"sample_weight": WEIGHTS}
     np.testing.assert_allclose(logs["mse"], skm.mean_squared_error(y_true, SCORES, **sk),
                                rtol=RTOL)
     np.testing.assert_allclose(logs["root_mean_squared_error"],

@@ -13,7 +13,9 @@ from typing import Any
 
 from mirrorfit._src import crossentropy_losses as ce
 from mirrorfit._src import regression_losses as rl
-from mirrorfit._src.crossentropy_losses import NOT_PROBABILITIES_WARNING as NOT_PROBABILITIES_WARNING
+from mirrorfit._src.crossentropy_losses import (
+    NOT_PROBABILITIES_WARNING as NOT_PROBABILITIES_WARNING,
+)
 from mirrorfit._src.loss import Loss, LossFn, PerExampleLoss
 
 LOSS_CLASSES: tuple[type[Loss], ...] = (
