@@ -9,6 +9,7 @@ from mirrorfit._src.crossentropy_losses import CategoricalCrossentropy as Catego
 from mirrorfit._src.crossentropy_losses import (
     CategoricalFocalCrossentropy as CategoricalFocalCrossentropy,
 )
+from mirrorfit._src.crossentropy_losses import InferredCrossentropy as InferredCrossentropy
 from mirrorfit._src.crossentropy_losses import (
     SparseCategoricalCrossentropy as SparseCategoricalCrossentropy,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "CosineSimilarity",
     "Hinge",
     "Huber",
+    "InferredCrossentropy",
     "KLDivergence",
     "LogCosh",
     "Loss",

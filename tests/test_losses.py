@@ -423,6 +423,11 @@ def test_get_config_round_trips_and_serializes(cls):
     assert losses.get(losses.serialize(loss)).loss == loss
 
 
+def test_crossentropy_alias_serializes():
+    loss = losses.InferredCrossentropy(reduction="sum")
+    assert losses.deserialize(losses.serialize(loss)) == loss
+
+
 def test_config_holds_keras_arguments():
     config = losses.BinaryFocalCrossentropy(alpha=0.5, gamma=1.0, from_logits=True).get_config()
     assert config == {"name": "binary_focal_crossentropy", "reduction": "sum_over_batch_size",
@@ -452,3 +457,20 @@ def test_function_forms_equal_loss_call():
                     (losses.poisson, losses.Poisson), (losses.kl_divergence, losses.KLDivergence),
                     (losses.binary_focal_crossentropy, losses.BinaryFocalCrossentropy)]:
         np.testing.assert_allclose(fn(y_true, y_pred), cls().call(y_true, y_pred), rtol=1e-6)
+
+
+@pytest.mark.parametrize("alias", ["crossentropy", "ce", "CE"])
+def test_crossentropy_alias_picks_binary_sparse_or_categorical_from_shapes(alias):
+    loss = losses.get(alias)
+    probs = np_softmax(np.random.default_rng(8).normal(size=(4, 3)))
+    labels = np.array([0, 2, 1, 1])
+    expected = np_categorical_crossentropy(np.eye(3)[labels], probs)
+    np.testing.assert_allclose(loss(labels, probs.astype(np.float32)), expected, rtol=1e-5)
+    np.testing.assert_allclose(loss(labels[:, None], probs.astype(np.float32)), expected,
+                               rtol=1e-5)
+    np.testing.assert_allclose(loss(np.eye(3)[labels], probs.astype(np.float32)), expected,
+                               rtol=1e-5)
+    binary = np.array([[0.2], [0.9], [0.6], [0.1]], np.float32)
+    np.testing.assert_allclose(loss(labels > 0, binary),
+                               np_binary_crossentropy((labels > 0)[:, None], binary), rtol=1e-5)
+    np.testing.assert_array_equal(loss.not_probabilities(np.array([[1.5], [0.5]])), [True, False])

@@ -313,3 +313,38 @@ class SparseCategoricalCrossentropy(_ProbabilityLoss):
                  axis: int = -1, name: str = "sparse_categorical_crossentropy") -> None:
         super().__init__(sparse_categorical_crossentropy, reduction=reduction, name=name,
                          from_logits=from_logits, axis=axis)
+
+
+def _inferred_crossentropy(y_true: jax.Array, y_pred: jax.Array) -> jax.Array:
+    """Binary, sparse or categorical crossentropy of probabilities, chosen from shapes."""
+    y_true, y_pred = jnp.asarray(y_true), jnp.asarray(y_pred)
+    if y_pred.shape[-1] == 1:
+        return binary_crossentropy(y_true, y_pred)
+    if y_true.ndim < y_pred.ndim or y_true.shape[-1] == 1:
+        return sparse_categorical_crossentropy(y_true, y_pred)
+    return categorical_crossentropy(y_true, y_pred)
+
+
+class InferredCrossentropy(LossFunctionWrapper):
+    """The loss behind the names ``"crossentropy"`` and ``"ce"``, as Keras' ``compile``.
+
+    At trace time: outputs ``[batch, ..., 1]`` give `binary_crossentropy`; targets of lower
+    rank than the outputs, or ending in a size-1 axis, give `sparse_categorical_crossentropy`;
+    otherwise `categorical_crossentropy`. ``y_pred`` must be probabilities.
+
+    Args:
+        reduction: see `Loss`.
+        name: the loss's name.
+    """
+
+    expects_probabilities = True
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size",
+                 name: str = "crossentropy") -> None:
+        super().__init__(_inferred_crossentropy, reduction=reduction, name=name)
+
+    def not_probabilities(self, y_pred: jax.Array) -> jax.Array | None:
+        """bool ``[batch]``: as the binary or categorical crossentropy chosen for ``y_pred``."""
+        if jnp.shape(y_pred)[-1] == 1:
+            return not_binary_probabilities(y_pred)
+        return not_categorical_probabilities(y_pred)

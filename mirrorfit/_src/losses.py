@@ -36,6 +36,8 @@ ALIASES: dict[str, type[Loss]] = {
     "mse": rl.MeanSquaredError, "mape": rl.MeanAbsolutePercentageError,
     "msle": rl.MeanSquaredLogarithmicError, "logcosh": rl.LogCosh,
     "kullback_leibler_divergence": rl.KLDivergence,
+    # Keras' compile picks binary, sparse or categorical crossentropy from the shapes.
+    "crossentropy": ce.InferredCrossentropy, "ce": ce.InferredCrossentropy,
 }
 """Keras' loss names (``keras.losses.ALL_OBJECTS_DICT``) -> class; ``get`` ignores case."""
 
@@ -48,7 +50,7 @@ def serialize(loss: Loss) -> dict[str, Any]:
     Raises:
         TypeError: if ``loss`` is not a built-in `Loss` object.
     """
-    if type(loss) not in LOSS_CLASSES:
+    if type(loss) not in (*LOSS_CLASSES, ce.InferredCrossentropy):
         raise TypeError("serialize takes a built-in mf.losses.Loss object (e.g. "
                         f"mf.losses.Huber(delta=2.0)). Received: loss={loss!r}")
     return {"class_name": type(loss).__name__, "config": loss.get_config()}
@@ -60,8 +62,9 @@ def deserialize(config: dict[str, Any]) -> Loss:
     Raises:
         ValueError: for an unknown ``class_name`` or a malformed dict.
     """
-    cls = ALIASES.get(config.get("class_name")) if isinstance(config, dict) else None
-    if cls is None or cls.__name__ != config["class_name"]:
+    name = config.get("class_name") if isinstance(config, dict) else None
+    cls = {c.__name__: c for c in (*LOSS_CLASSES, ce.InferredCrossentropy)}.get(name)
+    if cls is None:
         raise ValueError("A loss config must be {'class_name': <a mf.losses class name>, "
                          f"'config': {{...}}}}. Received: loss={config!r}")
     return cls.from_config(config.get("config", {}))
