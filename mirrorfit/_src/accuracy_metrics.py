@@ -159,6 +159,13 @@ class SparseTopKCategoricalAccuracy(MeanMetricWrapper):
         k: how many top scores count.
         name: key in the logs.
         from_sorted_ids: ``y_pred`` already holds class ids sorted by score.
+
+    Example:
+        >>> import numpy as np
+        >>> m = SparseTopKCategoricalAccuracy(k=2)
+        >>> m.update_state(np.array([2, 2]), np.array([[0.1, 0.5, 0.4], [0.3, 0.6, 0.1]]))
+        >>> float(m.result())
+        0.5
     """
 
     def __init__(self, k: int = 5, name: str = "sparse_top_k_categorical_accuracy",

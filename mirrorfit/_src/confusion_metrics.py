@@ -209,6 +209,12 @@ class Precision(_ThresholdMetric):
         top_k: count only the ``k`` highest scores of each example as predicted positive.
         class_id: compute for this class (last axis) only.
         name: key in the logs.
+
+    Example:
+        >>> m = Precision()
+        >>> m.update_state(np.array([0, 1, 1, 1]), np.array([0.9, 0.8, 0.3, 0.6]))
+        >>> round(float(m.result()), 4)
+        0.6667
     """
 
     kinds = ("true_positives", "false_positives")
@@ -266,6 +272,12 @@ class AUC(Metric):
     Raises:
         ValueError: for ``num_thresholds <= 1``, an unknown curve or summation method,
             or ``num_labels`` without ``multi_label``.
+
+    Example:
+        >>> m = AUC()
+        >>> m.update_state(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
+        >>> float(m.result())
+        0.75
     """
 
     def __init__(self, num_thresholds: int = 200, curve: str = "ROC",

@@ -34,6 +34,15 @@ class FBetaScore(Metric):
     Raises:
         ValueError: for a bad ``average``, ``beta`` or ``threshold``, and (when updated)
             for inputs that are not ``[batch, num_classes]``.
+
+    Example:
+        >>> import numpy as np
+        >>> m = FBetaScore(average="macro", beta=1.0)
+        >>> scores = np.array([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.6, 0.3, 0.1],
+        ...                    [0.1, 0.1, 0.8]])
+        >>> m.update_state(np.eye(3)[[0, 1, 2, 2]], scores)
+        >>> round(float(m.result()), 4)
+        0.7778
     """
 
     def __init__(self, average: str | None = None, beta: float = 1.0,

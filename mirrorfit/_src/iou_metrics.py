@@ -100,6 +100,13 @@ class MeanIoU(IoU):
     """`IoU` averaged over all ``num_classes`` classes, as ``keras.metrics.MeanIoU``.
 
     With model scores as ``y_pred`` pass ``sparse_y_pred=False`` (as in Keras).
+
+    Example:
+        >>> import numpy as np
+        >>> m = MeanIoU(num_classes=2)
+        >>> m.update_state(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]))
+        >>> round(float(m.result()), 4)
+        0.3333
     """
 
     def __init__(self, num_classes: int, name: str | None = None,
