@@ -32,6 +32,7 @@ class Mean(Metric):
         name: key in the logs.
 
     Example:
+        >>> import numpy as np
         >>> m = Mean()
         >>> m.update_state(np.array([1.0, 3.0]))
         >>> m.update_state(np.array([5.0]), sample_weight=np.array([2.0]))
