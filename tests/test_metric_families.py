@@ -42,7 +42,7 @@ def zero_loss(y_true, y_pred):
 def evaluate(n, metric_list, x, y):
     with mf.MirroredStrategy(jax.devices()[:n]).scope():
         model = mf.Model(Identity(), input_shape=x.shape[1:])
-    model.compile(optax.sgd(0.1), loss=zero_loss, metrics=metric_list)
+    model.compile(optax.sgd(0.1), loss=zero_loss, weighted_metrics=metric_list)
     return model.evaluate(x, y, batch_size=BATCH, sample_weight=WEIGHTS, verbose=0,
                           return_dict=True)
 

@@ -152,17 +152,24 @@ class Model(ModelVariables):
 
     # -- compile / fit / evaluate / predict -------------------------------------------------
 
-    def compile(self, optimizer: Any = "rmsprop", loss: Any = None,
-                metrics: Sequence[Any] | None = None, *, steps_per_execution: int = 1) -> None:
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, loss_weights: Any = None,
+                metrics: Any = None, weighted_metrics: Any = None, *,
+                steps_per_execution: int = 1) -> None:
         """Configures training, as ``keras.Model.compile``.
 
         Args:
             optimizer: an ``optax.GradientTransformation`` or a Keras name (``"adam"``,
                 ``"adamw"``, ``"sgd"``, ``"rmsprop"``), with Keras' default learning rates.
             loss: a callable ``(y_true, y_pred) -> per-example loss [batch]``, a
-                `mirrorfit.losses` object, or a Keras loss name.
+                `mirrorfit.losses` object, or a Keras loss name; for a module with several
+                outputs, a list (output order) or dict (output name) of them.
+            loss_weights: floats scaling each output's loss (list or dict like ``loss``),
+                or one float for a single loss. The total is their weighted sum.
             metrics: list of metric names (``"accuracy"``, ``"mae"``, ...), callables or
-                `mirrorfit.metrics.Metric` objects.
+                `mirrorfit.metrics.Metric` objects, weighted by the padding mask only; for
+                several outputs, one list per output (list of lists, or dict), or one list
+                for every output. Logged as ``<output>_<metric>``.
+            weighted_metrics: as ``metrics``, also weighted by ``sample_weight``.
             steps_per_execution: train steps fused into one device call (``lax.scan`` over
                 ``K`` global batches). Callbacks see the values at the end of each group.
 
@@ -170,10 +177,13 @@ class Model(ModelVariables):
             ValueError: for an unknown name or a non-positive ``steps_per_execution``.
             TypeError: for arguments of the wrong type.
         """
-        config = step_config(self._adapter, optimizer, loss, metrics)
+        config = step_config(self._adapter, optimizer, loss, metrics,
+                             loss_weights=loss_weights, weighted_metrics=weighted_metrics)
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
+                                "loss_weights": loss_weights,
+                                "weighted_metrics": weighted_metrics,
                                 "steps_per_execution": steps_per_execution}
         if self._state is not None:
             self._state = self._state._replace(opt_state=self._init_opt_state(self._state.params))
