@@ -1,0 +1,1 @@
+"""Keras-compatible layers as ``flax.linen`` modules; the public names live in `mirrorfit.layers`."""
