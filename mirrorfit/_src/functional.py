@@ -208,8 +208,8 @@ def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
     names = []
     for layer, name in zip(layers, explicit):
         if name is None:
-            base = snake_case(type(layer).__name__ if not inspect.isfunction(layer)
-                              else layer.__name__)
+            base = snake_case(type(layer).__name__ if isinstance(layer, nn.Module)
+                              else getattr(layer, "__name__", type(layer).__name__))
             name, k = base, 0
             while name in taken:
                 k += 1
