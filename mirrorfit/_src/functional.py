@@ -326,10 +326,11 @@ def functional_module(inputs: Any, outputs: Any, name: str | None = None) -> Fun
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Stack:
-    """The layers of a Sequential model and their param-tree keys."""
+    """The layers of a Sequential model, their param-tree keys and the leading `Input`."""
 
     layers: tuple[Any, ...]
     names: tuple[str, ...]
+    input: KerasTensor | None = None
 
 
 class SequentialModule(nn.Module):
@@ -362,14 +363,13 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
         TypeError: an `Input` after the first position, or an entry that is not callable.
     """
     layers = list(layers)
-    input_shape = None
-    if layers and isinstance(layers[0], KerasTensor):
-        input_shape = layers.pop(0).shape
+    first = layers.pop(0) if layers and isinstance(layers[0], KerasTensor) else None
     for i, layer in enumerate(layers):
         if isinstance(layer, KerasTensor) or not callable(layer):
             raise TypeError("Sequential takes layers (an Input may come first only). "
                             f"Received: layers[{i}]={layer!r}")
-    return SequentialModule(Stack(tuple(layers), assign_names(layers)), name=name), input_shape
+    stack = Stack(tuple(layers), assign_names(layers), first)
+    return SequentialModule(stack, name=name), None if first is None else first.shape
 
 
 def model_layers(module: nn.Module) -> list[tuple[str, Any]]:
@@ -399,8 +399,28 @@ def trainable_mask(module: nn.Module, params: Any) -> Any:
     return {k: jax.tree.map(lambda _, t=k not in frozen: t, v) for k, v in params.items()}
 
 
-def sample_inputs(module: FunctionalModule, batch_size: int = 1) -> Any:
-    """Zero arrays in the structure of the graph's inputs (for ``init``)."""
+def input_spec(module: nn.Module) -> Any:
+    """The model's `Input` tensors (the functional ``inputs`` structure, or a Sequential's
+    leading `Input`); ``None`` for a Sequential built without one."""
+    if isinstance(module, FunctionalModule):
+        return module.graph.inputs
+    if isinstance(module, SequentialModule):
+        return module.stack.input
+    raise TypeError("Expected a module from functional_module or sequential_module. "
+                    f"Received: module={type(module).__name__}")
+
+
+def sample_inputs(module: nn.Module, batch_size: int = 1) -> Any:
+    """Zero arrays shaped as `input_spec` with ``batch_size`` rows (for ``init``).
+
+    Raises:
+        ValueError: a Sequential without a leading `Input` (its input shape is unknown).
+    """
+    spec = input_spec(module)
+    if spec is None:
+        raise ValueError("This Sequential model has no Input layer; pass sample inputs or "
+                         "start the layer list with mirrorfit.layers.Input(shape).")
+
     def zeros(t: KerasTensor):
         return jnp.zeros((batch_size, *t.shape[1:]), t.dtype)
-    return jax.tree.map(zeros, module.graph.inputs)
+    return jax.tree.map(zeros, spec)

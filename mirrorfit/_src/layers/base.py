@@ -166,7 +166,9 @@ class Layer(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Layer:
-        """A layer from ``get_config()``'s output."""
+        """A layer from ``get_config()``'s output (regularizer configs become objects)."""
+        config = {k: regularizers.get(v) if k.endswith("regularizer") and isinstance(v, dict)
+                  else v for k, v in config.items()}
         return cls(**config)
 
 
