@@ -251,6 +251,7 @@ def test_regularizers_sow_keras_penalties():
     layer = layers.Dense(3, kernel_regularizer=layers.L2(0.1), bias_regularizer="l1",
                          activity_regularizer=layers.L1L2(l1=0.2, l2=0.3))
     x = RNG.normal(size=(4, 2)).astype(np.float32)
+    assert "losses" not in layer.init(jax.random.key(0), x)  # never part of the model state
     v = init_random(layer, x)
     y, state = layer.apply({"params": v["params"]}, x, mutable=["losses"])
     losses = jax.tree.map(np.asarray, state["losses"])

@@ -84,3 +84,35 @@ def test_set_weights_rejects_wrong_count_and_shape():
         weights_lib.set_weights(module, variables, [np.zeros((3, 2))])
     with pytest.raises(ValueError, match=r"dense/kernel has shape \(3, 2\)"):
         weights_lib.set_weights(module, variables, [np.zeros((2, 3)), np.zeros(2)])
+
+
+@pytest.mark.parametrize("name", ["Dense", "Conv2D", "BatchNormalization", "LSTM", "GRU",
+                                  "MultiHeadAttention"])
+def test_keras_get_weights_load_and_match_keras_predictions(name):
+    keras = pytest.importorskip("keras", reason="Keras is not installed here; the NumPy "
+                                "formulas in the tests above stand in for it")
+    build = {
+        "Dense": (lambda m: m.Dense(3, activation="tanh"), (2, 4)),
+        "Conv2D": (lambda m: m.Conv2D(3, 3, strides=2, padding="same"), (2, 7, 7, 2)),
+        "BatchNormalization": (lambda m: m.BatchNormalization(), (2, 5)),
+        "LSTM": (lambda m: m.LSTM(3, return_sequences=True), (2, 5, 4)),
+        "GRU": (lambda m: m.GRU(3), (2, 5, 4)),
+        "MultiHeadAttention": (lambda m: m.MultiHeadAttention(2, 3), (2, 4, 5)),
+    }
+    make, shape = build[name]
+    data = RNG.normal(size=shape).astype(np.float32)
+    k_inputs = keras.Input(shape[1:])
+    k_layer = make(keras.layers)
+    k_out = k_layer(k_inputs, k_inputs) if name == "MultiHeadAttention" else k_layer(k_inputs)
+    k_model = keras.Model(k_inputs, k_out)
+    k_model.set_weights([RNG.uniform(0.5, 1.5, w.shape) for w in k_model.get_weights()])
+    x = layers.Input(shape[1:])
+    ours = make(layers)
+    module = functional.functional_module(x, ours(x, x) if name == "MultiHeadAttention"
+                                          else ours(x))
+    shapes = jax.eval_shape(module.init, jax.random.key(0), data)
+    variables = weights_lib.set_weights(
+        module, jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes),
+        k_model.get_weights())
+    np.testing.assert_allclose(module.apply(variables, data), k_model.predict(data, verbose=0),
+                               rtol=1e-4, atol=1e-4)

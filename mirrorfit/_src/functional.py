@@ -88,6 +88,8 @@ def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = No
     if (shape is None) == (batch_shape is None):
         raise ValueError("Input needs exactly one of shape (without the batch axis) or "
                          f"batch_shape. Received: shape={shape}, batch_shape={batch_shape}")
+    if isinstance(shape, int):
+        shape = (shape,)
     full = tuple(batch_shape) if batch_shape is not None else (batch_size, *tuple(shape))
     return KerasTensor(full, dtype or "float32", name=name)
 

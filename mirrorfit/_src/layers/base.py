@@ -8,7 +8,10 @@ A `Layer` is a ``flax.linen`` module with Keras' layer surface:
 * ``__call__(..., training=False)``, Keras' training flag;
 * calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON;
-* weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection.
+* weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
+  when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
+  ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
+  ``sum(jax.tree.leaves(state["losses"]))`` to the loss, as Keras adds ``model.losses``.
 """
 
 from __future__ import annotations
@@ -126,14 +129,14 @@ class Layer(nn.Module):
         """Creates (or reads) float32 param ``name``, sows its penalty, casts it to compute."""
         value = self.param(name, initializers.get(initializer), shape, jnp.float32)
         penalty = regularizers.get(regularizer)
-        if penalty is not None:
+        if penalty is not None and not self.is_initializing():
             self.sow(LOSSES, f"{name}_regularizer", penalty(value))
         return value.astype(self.compute_dtype)
 
     def activity(self, outputs: jax.Array) -> jax.Array:
         """Sows the activity penalty / batch size (as Keras 3's ``Layer.__call__``)."""
         penalty = regularizers.get(getattr(self, "activity_regularizer", None))
-        if penalty is not None:
+        if penalty is not None and not self.is_initializing():
             loss = penalty(outputs.astype(jnp.float32))
             self.sow(LOSSES, "activity_regularizer", loss / outputs.shape[0])
         return outputs

@@ -116,7 +116,7 @@ class _RNN(Layer):
                           ("recurrent_kernel", self.recurrent_regularizer),
                           ("bias", self.bias_regularizer)):
             penalty = regularizers.get(reg)
-            if penalty is not None and name in weights:
+            if penalty is not None and name in weights and not self.is_initializing():
                 self.sow(LOSSES, f"{name}_regularizer", penalty(weights[name]))
 
 
