@@ -66,3 +66,48 @@ def test_readable_size_uses_keras_units():
     assert summary.readable_size(0) == "0.00 B"
     assert summary.readable_size(1536) == "1.50 KB"
     assert summary.readable_size(3 * 1024 ** 2) == "3.00 MB"
+
+
+def branching_graph(m):
+    """Two inputs, a shared Dense, a GRU with states and two heads (``m``: a layers module)."""
+    a, b = m.Input((4,), name="a"), m.Input((6,), name="b")
+    shared = m.Dense(3)
+    hidden = m.Dense(3, activation="relu")(a)
+    y = m.Add()([shared(hidden), shared(m.Dense(3)(b))])
+    seq, state = m.GRU(2, return_state=True)(m.Reshape((3, 1))(y))
+    return [a, b], [m.Dense(1)(seq), m.Dense(2, name="head2")(state)]
+
+
+def our_summary_text(build, name):
+    inputs, outputs = build(layers)
+    module = functional.functional_module(inputs, outputs, name=name)
+    sample = [np.zeros((1, *t.shape[1:]), np.float32) for t in inputs]
+    variables = jax.eval_shape(module.init, jax.random.key(0), *sample)
+    return summary.format_summary(summary.summary_rows(module, variables), name)
+
+
+def test_branching_graph_summary_has_keras_connected_to_column():
+    text = our_summary_text(branching_graph, "functional")
+    lines = text.splitlines()
+    assert len(lines[2]) == 108 and lines[2].rstrip("┃ ").endswith("Connected to")
+    rows = [line for line in lines if line.startswith("│ ") and "(" in line.split("│")[1]]
+    first_cells = [row.split("│")[1].strip() for row in rows]
+    assert first_cells == ["a (InputLayer)", "b (InputLayer)", "dense_1 (Dense)",
+                           "dense_2 (Dense)", "dense (Dense)", "add (Add)",
+                           "reshape (Reshape)", "gru (GRU)", "dense_3 (Dense)",
+                           "head2 (Dense)"]
+    assert "dense[0][0], dense[1][0]" in text  # the shared layer's two calls
+    assert "[(None, 2), (None, 2)]" in text and "gru[0][1]" in text
+
+
+def test_summary_text_equals_keras_when_installed(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # Keras' console is as wide as the terminal
+    keras = pytest.importorskip("keras", reason="Keras is not installed here; the expected "
+                                "rows above are written from Keras' summary_utils")
+    keras.backend.clear_session()  # Keras numbers default names per session
+    inputs, outputs = branching_graph(keras.layers)
+    lines = []
+    keras.Model(inputs, outputs, name="functional").summary(
+        line_length=108, print_fn=lambda line, line_break=None: lines.append(line))
+    assert our_summary_text(branching_graph, "functional").rstrip("\n") == \
+        "\n".join(lines).rstrip("\n")

@@ -86,20 +86,41 @@ def test_set_weights_rejects_wrong_count_and_shape():
         weights_lib.set_weights(module, variables, [np.zeros((2, 3)), np.zeros(2)])
 
 
-@pytest.mark.parametrize("name", ["Dense", "Conv2D", "BatchNormalization", "LSTM", "GRU",
-                                  "MultiHeadAttention"])
+_KERAS_CASES = {
+    "Dense": (lambda m: m.Dense(3, activation="tanh"), (2, 4)),
+    "Conv2D": (lambda m: m.Conv2D(3, 3, strides=2, padding="same"), (2, 7, 7, 2)),
+    "Conv1D_causal": (lambda m: m.Conv1D(2, 3, padding="causal", dilation_rate=2), (2, 9, 3)),
+    "Conv3D": (lambda m: m.Conv3D(2, 2, strides=(1, 2, 1)), (1, 3, 4, 3, 2)),
+    "Conv2DTranspose_valid": (lambda m: m.Conv2DTranspose(2, 3, strides=2), (1, 4, 4, 3)),
+    "Conv2DTranspose_same": (lambda m: m.Conv2DTranspose(2, 4, strides=2, padding="same"),
+                             (1, 4, 5, 3)),
+    "DepthwiseConv2D": (lambda m: m.DepthwiseConv2D(3, depth_multiplier=2, padding="same"),
+                        (1, 5, 5, 3)),
+    "SeparableConv2D": (lambda m: m.SeparableConv2D(4, 3, strides=2, depth_multiplier=2),
+                        (1, 7, 7, 3)),
+    "AveragePooling2D_same": (lambda m: m.AveragePooling2D(3, strides=2, padding="same"),
+                              (1, 6, 7, 2)),
+    "MaxPooling1D_same": (lambda m: m.MaxPooling1D(3, padding="same"), (1, 7, 2)),
+    "BatchNormalization": (lambda m: m.BatchNormalization(), (2, 5)),
+    "LayerNormalization": (lambda m: m.LayerNormalization(), (2, 3, 5)),
+    "GroupNormalization": (lambda m: m.GroupNormalization(groups=2), (2, 3, 4)),
+    "UpSampling2D_bilinear": (lambda m: m.UpSampling2D(interpolation="bilinear"),
+                              (1, 3, 3, 2)),
+    "LSTM": (lambda m: m.LSTM(3, return_sequences=True), (2, 5, 4)),
+    "LSTM_backwards": (lambda m: m.LSTM(3, go_backwards=True, return_sequences=True),
+                       (2, 5, 4)),
+    "GRU": (lambda m: m.GRU(3), (2, 5, 4)),
+    "GRU_reset_before": (lambda m: m.GRU(3, reset_after=False), (2, 5, 4)),
+    "SimpleRNN": (lambda m: m.SimpleRNN(3), (2, 5, 4)),
+    "MultiHeadAttention": (lambda m: m.MultiHeadAttention(2, 3), (2, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_KERAS_CASES))
 def test_keras_get_weights_load_and_match_keras_predictions(name):
     keras = pytest.importorskip("keras", reason="Keras is not installed here; the NumPy "
                                 "formulas in the tests above stand in for it")
-    build = {
-        "Dense": (lambda m: m.Dense(3, activation="tanh"), (2, 4)),
-        "Conv2D": (lambda m: m.Conv2D(3, 3, strides=2, padding="same"), (2, 7, 7, 2)),
-        "BatchNormalization": (lambda m: m.BatchNormalization(), (2, 5)),
-        "LSTM": (lambda m: m.LSTM(3, return_sequences=True), (2, 5, 4)),
-        "GRU": (lambda m: m.GRU(3), (2, 5, 4)),
-        "MultiHeadAttention": (lambda m: m.MultiHeadAttention(2, 3), (2, 4, 5)),
-    }
-    make, shape = build[name]
+    make, shape = _KERAS_CASES[name]
     data = RNG.normal(size=shape).astype(np.float32)
     k_inputs = keras.Input(shape[1:])
     k_layer = make(keras.layers)

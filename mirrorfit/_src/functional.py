@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
+_NODE_SERIALS = itertools.count()
 
 
 class KerasTensor:
@@ -57,6 +59,7 @@ class Node:
     layer: nn.Module
     args: Any  # (args, kwargs) with KerasTensors as leaves
     outputs: Any  # the call's outputs, KerasTensors as leaves
+    serial: int = dataclasses.field(default_factory=lambda: next(_NODE_SERIALS))  # call order
 
     @property
     def input_tensors(self) -> list[KerasTensor]:
@@ -141,9 +144,22 @@ class Graph:
     nodes: tuple[Node, ...]  # topological run order
     layers: tuple[nn.Module, ...]  # unique layers, in Keras' model.layers order
     names: tuple[str, ...]  # param-tree key of each layer
+    depths: tuple[int, ...]  # each node's distance to the outputs (Keras' node depth)
 
     def name_of(self, layer: nn.Module) -> str:
         return self.names[next(i for i, l in enumerate(self.layers) if l is layer)]
+
+    def nodes_of(self, layer: nn.Module) -> list[Node]:
+        """``layer``'s calls in this graph, in call order (Keras' ``_inbound_nodes``)."""
+        return sorted((n for n in self.nodes if n.layer is layer), key=lambda n: n.serial)
+
+    @property
+    def sequential_like(self) -> bool:
+        """Keras' summary test: one node per depth, one input each, no shared layer."""
+        depths = list(self.depths)
+        return (len(set(depths)) == len(depths) and len(self.layers) == len(self.nodes)
+                and all(len(n.input_tensors) <= 1 for n in self.nodes)
+                and len(jax.tree.leaves(self.inputs)) == 1)
 
 
 def _keras_order(outputs: list[KerasTensor], inputs: list[KerasTensor]):
@@ -189,11 +205,12 @@ def _keras_order(outputs: list[KerasTensor], inputs: list[KerasTensor]):
             if x.node is not None:
                 node_depth[id(x.node)] = max(depth + 1, node_depth.get(id(x.node), 0))
     ordered = sorted(layers, key=lambda k: (-layer_depth[k], first_visit[k]))
-    return run_order, [layers[k] for k in ordered]
+    return run_order, [layers[k] for k in ordered], [node_depth[id(n)] for n in run_order]
 
 
 def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
-    """Param-tree keys: each layer's ``name``, else Keras' ``snake_case`` name made unique.
+    """Param-tree keys: each layer's ``name``, else Keras' ``snake_case`` name made unique,
+    numbered in construction order as Keras (``dense``, ``dense_1``, ...) but per model.
 
     Raises:
         ValueError: two layers with the same explicit name.
@@ -201,23 +218,24 @@ def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
     from mirrorfit._src.layers.base import snake_case  # base imports this module
 
     explicit = [getattr(l, "name", None) for l in layers]
-    taken = set()
+    taken: set[str | None] = set()
     for name in explicit:
         if name is not None and name in taken:
             raise ValueError(f"Layer names must be unique within a model; {name!r} is used "
                              "twice. Give each layer its own `name=`.")
         taken.add(name)
-    names = []
-    for layer, name in zip(layers, explicit):
-        if name is None:
-            base = snake_case(type(layer).__name__ if isinstance(layer, nn.Module)
-                              else getattr(layer, "__name__", type(layer).__name__))
-            name, k = base, 0
-            while name in taken:
-                k += 1
-                name = f"{base}_{k}"
-            taken.add(name)
-        names.append(name)
+    names = list(explicit)
+    unnamed = [i for i, name in enumerate(explicit) if name is None]
+    for i in sorted(unnamed, key=lambda i: (getattr(layers[i], "construction_index", i), i)):
+        layer = layers[i]
+        base = snake_case(type(layer).__name__ if isinstance(layer, nn.Module)
+                          else getattr(layer, "__name__", type(layer).__name__))
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        names[i] = name
     return tuple(names)
 
 
@@ -239,13 +257,14 @@ def build_graph(inputs: Any, outputs: Any) -> Graph:
         if not isinstance(t, KerasTensor):
             raise TypeError("outputs must be symbolic tensors from calling layers on Input "
                             f"tensors. Received: outputs={outputs!r}")
-    run_order, layers = _keras_order(flat_out, flat_in)
+    run_order, layers, depths = _keras_order(flat_out, flat_in)
     used = {id(x) for node in run_order for x in node.input_tensors} | {id(t) for t in flat_out}
     unused = [t.name or repr(t) for t in flat_in if id(t) not in used]
     if unused:
         raise ValueError(f"Graph disconnected: the inputs {unused} are not used by any output. "
                          "Remove them from `inputs` or connect them to an output.")
-    return Graph(inputs, outputs, tuple(run_order), tuple(layers), assign_names(layers))
+    return Graph(inputs, outputs, tuple(run_order), tuple(layers), assign_names(layers),
+                 tuple(depths))
 
 
 def _mode_kwargs(layer: Any, training: bool) -> dict[str, bool]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from typing import Any
 
@@ -31,6 +32,7 @@ from mirrorfit._src.layers import activations, initializers, regularizers
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)
 
 _REGISTRY: dict[str, type] = {}
+_CONSTRUCTION_ORDER = itertools.count()
 _COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
                    "mixed_bfloat16": jnp.bfloat16, "mixed_float16": jnp.float16,
                    "float64": jnp.float64}
@@ -91,6 +93,11 @@ class Layer(nn.Module):
                 return call(self, *args, **kw)
 
             cls.__call__ = symbolic_or_call
+
+    def __post_init__(self) -> None:
+        # Keras numbers default names ("dense", "dense_1", ...) in construction order.
+        object.__setattr__(self, "construction_index", next(_CONSTRUCTION_ORDER))
+        super().__post_init__()
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Keras freezes a layer with `layer.trainable = False` after construction; Flax

@@ -2,8 +2,8 @@
 
 `summary_rows` collects, per layer in ``model.layers`` order, its name, type, output shape
 (``None`` batch) and parameter count, with the trainable / non-trainable totals;
-`format_summary` renders them as Keras 3 prints them (a rich table, 88 columns, columns at
-45% and 80%, sizes in B/KB/MB as ``keras.src.utils.summary_utils``).
+`format_summary` renders them as Keras 3 prints them (a rich table; a "Connected to" column
+for graphs that are not a chain; sizes in B/KB/MB as ``keras.src.utils.summary_utils``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import rich.table
 
 from mirrorfit._src import functional
 
-_LINE_LENGTH = 88
-_POSITIONS = (0.45, 0.80, 1.0)
+# Keras' layouts: (line length, column positions) without and with "Connected to".
+_LAYOUTS = {True: (88, (0.45, 0.80, 1.0)), False: (108, (0.3, 0.56, 0.74, 1.0))}
 _PROBE_BATCH = 2
 
 
@@ -35,6 +35,7 @@ class LayerRow:
     output_shape: Any  # a shape tuple with None batch, or a structure of them
     trainable_params: int
     non_trainable_params: int
+    connected_to: str = "-"  # Keras' "Connected to": ``layer[node_index][tensor_index], ...``
 
     @property
     def params(self) -> int:
@@ -57,6 +58,7 @@ class Summary:
     non_trainable_params: int
     trainable_bytes: int
     non_trainable_bytes: int
+    sequential_like: bool = True  # False: Keras adds the "Connected to" column
 
 
 def _count(tree: Any) -> tuple[int, int]:
@@ -92,13 +94,21 @@ def _sequential_shapes(module: functional.SequentialModule, sample_input: Any) -
 
 
 def _functional_shapes(module: functional.FunctionalModule) -> list[Any]:
-    graph = module.graph
-    shapes = []
-    for layer in graph.layers:
-        outs = [jax.tree.map(lambda t: t.shape, n.outputs) for n in graph.nodes
-                if n.layer is layer]
-        shapes.append(outs[0] if all(o == outs[0] for o in outs) else "multiple")
-    return shapes
+    # Keras shows the output of the layer's last call.
+    return [jax.tree.map(lambda t: t.shape, module.graph.nodes_of(layer)[-1].outputs)
+            for layer in module.graph.layers]
+
+
+def _connections(graph: functional.Graph, layer: Any, input_names: dict[int, str]) -> str:
+    links = []
+    for node in graph.nodes_of(layer):
+        for t in node.input_tensors:
+            if t.node is None:
+                links.append(f"{input_names[id(t)]}[0][0]")
+            else:
+                index = graph.nodes_of(t.node.layer).index(t.node)
+                links.append(f"{graph.name_of(t.node.layer)}[{index}][{t.index}]")
+    return ", ".join(links) or "-"
 
 
 def summary_rows(module: nn.Module, variables: dict[str, Any],
@@ -119,12 +129,18 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         TypeError: ``module`` is neither a functional nor a Sequential module.
     """
     rows = []
+    connect = lambda layer: "-"  # noqa: E731
+    sequential_like = True
     if isinstance(module, functional.FunctionalModule):
+        graph = module.graph
         shapes = _functional_shapes(module)
-        names = functional.assign_names([InputLayer(t.name) for t in
-                                         jax.tree.leaves(module.graph.inputs)])
-        for t, name in zip(jax.tree.leaves(module.graph.inputs), names):
+        inputs = jax.tree.leaves(graph.inputs)
+        names = functional.assign_names([InputLayer(t.name) for t in inputs])
+        for t, name in zip(inputs, names):
             rows.append(LayerRow(name, "InputLayer", t.shape, 0, 0))
+        input_names = {id(t): name for t, name in zip(inputs, names)}
+        connect = lambda layer: _connections(graph, layer, input_names)  # noqa: E731
+        sequential_like = graph.sequential_like
     else:
         shapes = _sequential_shapes(module, sample_input)
     totals = {"trainable": [0, 0], "non_trainable": [0, 0]}
@@ -143,9 +159,9 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         class_name = (type(layer).__name__ if isinstance(layer, nn.Module)
                       else getattr(layer, "__name__", type(layer).__name__))
         rows.append(LayerRow(name, class_name, shape, counts["trainable"][0],
-                             counts["non_trainable"][0]))
+                             counts["non_trainable"][0], connect(layer)))
     return Summary(rows, totals["trainable"][0], totals["non_trainable"][0],
-                   totals["trainable"][1], totals["non_trainable"][1])
+                   totals["trainable"][1], totals["non_trainable"][1], sequential_like)
 
 
 def readable_size(size: float) -> str:
@@ -169,19 +185,22 @@ def _format_shape(shape: Any) -> str:
 
 def format_summary(summary: Summary, name: str | None = None) -> str:
     """Keras 3's summary text for `summary_rows`' result (no colours)."""
+    line_length, positions = _LAYOUTS[summary.sequential_like]
     widths, current = [], 0
-    for pos in _POSITIONS:
-        widths.append(int(pos * _LINE_LENGTH) - current)
+    for pos in positions:
+        widths.append(int(pos * line_length) - current)
         current += widths[-1]
-    columns = [rich.table.Column(header, justify=justify, width=width) for header, justify,
-               width in zip(("Layer (type)", "Output Shape", "Param #"),
-                            ("left", "left", "right"), widths)]
-    table = rich.table.Table(*columns, width=_LINE_LENGTH, show_lines=True)
+    headers = ("Layer (type)", "Output Shape", "Param #", "Connected to")
+    justify = ("left", "left", "right", "left")
+    columns = [rich.table.Column(h, justify=j, width=w)
+               for h, j, w in zip(headers, justify, widths)]
+    table = rich.table.Table(*columns, width=line_length, show_lines=True)
     for row in summary.rows:
-        table.add_row(f"{row.name} ({row.class_name})", _format_shape(row.output_shape),
-                      f"{row.params:,}")
+        fields = [f"{row.name} ({row.class_name})", _format_shape(row.output_shape),
+                  f"{row.params:,}", row.connected_to]
+        table.add_row(*fields[:len(columns)])
     out = io.StringIO()
-    console = rich.console.Console(file=out, width=_LINE_LENGTH + 4, force_terminal=False,
+    console = rich.console.Console(file=out, width=line_length + 4, force_terminal=False,
                                    color_system=None, highlight=False)
     console.print(f'Model: "{name or "functional"}"', markup=False)
     console.print(table)
