@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src import functional
+from mirrorfit._src import functional, sequential
+from mirrorfit._src.layers import model_info
 
 RNG = np.random.default_rng(2)
 
@@ -133,32 +134,32 @@ def test_keras_layer_order_is_by_depth_then_first_visit():
     b = layers.Dense(2, name="b")(a)
     out = layers.Add(name="add")([b, c])
     module = functional.functional_module(x, out)
-    assert [name for name, _ in functional.model_layers(module)] == ["a", "b", "c", "add"]
+    assert [name for name, _ in model_info.model_layers(module)] == ["a", "b", "c", "add"]
 
 
 def test_sequential_module_with_leading_input_and_names():
-    module, input_shape = functional.sequential_module(
+    module, input_shape = sequential.sequential_module(
         [layers.Input((6,)), layers.Dense(4, name="hidden"), layers.Dense(4), nn.relu,
          layers.Dense(1)])
     assert input_shape == (None, 6)
     v = jax.eval_shape(module.init, jax.random.key(0), np.ones((2, 6), np.float32))
     assert sorted(v["params"]) == ["dense", "dense_1", "hidden"]
-    names = [name for name, _ in functional.model_layers(module)]
+    names = [name for name, _ in model_info.model_layers(module)]
     assert names == ["hidden", "dense", "relu", "dense_1"]
-    module2, shape2 = functional.sequential_module([layers.Dense(3)])
+    _, shape2 = sequential.sequential_module([layers.Dense(3)])
     assert shape2 is None
     with pytest.raises(TypeError, match="Input may come first only"):
-        functional.sequential_module([layers.Dense(3), layers.Input((2,))])
+        sequential.sequential_module([layers.Dense(3), layers.Input((2,))])
 
 
 def test_non_trainable_layers_are_masked_and_their_batchnorm_infers():
     bn = layers.BatchNormalization()
-    module, _ = functional.sequential_module([layers.Dense(3), bn, layers.Dense(1)])
+    module, _ = sequential.sequential_module([layers.Dense(3), bn, layers.Dense(1)])
     x = RNG.normal(size=(8, 2)).astype(np.float32) + 5.0
     v = init(module, x)
     bn.trainable = False
-    assert functional.non_trainable_paths(module) == [("batch_normalization",)]
-    mask = functional.trainable_mask(module, v["params"])
+    assert model_info.non_trainable_paths(module) == [("batch_normalization",)]
+    mask = model_info.trainable_mask(module, v["params"])
     assert mask["dense"]["kernel"] and not mask["batch_normalization"]["gamma"]
     _, updates = module.apply(v, x, training=True, mutable=["batch_stats"])
     for before, after in zip(jax.tree.leaves(v["batch_stats"]),

@@ -187,7 +187,8 @@ def test_batch_normalization_training_uses_batch_statistics_and_momentum():
 
 
 def test_synchronized_batch_normalization_uses_global_batch_statistics():
-    from jax.sharding import Mesh, PartitionSpec as P
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
     mesh = Mesh(np.array(jax.devices()[:2]), ("batch",))
     x = RNG.normal(size=(8, 3)).astype(np.float32)
     x[4:] += 3.0  # replicas see different distributions

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src import functional
+from mirrorfit._src import functional, sequential
 from mirrorfit._src.layers import config as config_lib
 
 RNG = np.random.default_rng(4)
@@ -32,7 +32,7 @@ def assert_same_model(module, rebuilt, *inputs):
 
 
 def test_sequential_config_round_trips_through_json():
-    module, _ = functional.sequential_module([
+    module, _ = sequential.sequential_module([
         layers.Input((8, 8, 1)), layers.Conv2D(4, 3, activation="relu", padding="same",
                                                kernel_regularizer=layers.L2(1e-4)),
         layers.BatchNormalization(), layers.MaxPooling2D(), layers.Flatten(),
@@ -90,7 +90,7 @@ def test_unsaveable_arguments_raise_clear_errors():
     module = functional.functional_module(x, layers.Dense(2, activation=lambda v: v)(x))
     with pytest.raises(ValueError, match="custom activation"):
         config_lib.functional_config(module)
-    module, _ = functional.sequential_module([layers.Dense(2), jnp.sin])
+    module, _ = sequential.sequential_module([layers.Dense(2), jnp.sin])
     with pytest.raises(ValueError, match="Activation"):
         config_lib.functional_config(module)
     with pytest.raises(ValueError, match="class_name"):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src import functional
+from mirrorfit._src import functional, sequential
 from mirrorfit._src.layers import summary
 
 
@@ -14,7 +14,7 @@ def shapes_of(module, x):
 
 
 def test_sequential_summary_counts_and_shapes_match_keras():
-    module, _ = functional.sequential_module([
+    module, _ = sequential.sequential_module([
         layers.Input((28, 28, 1)), layers.Conv2D(32, 3, activation="relu"),
         layers.BatchNormalization(), layers.MaxPooling2D(), layers.Flatten(), layers.Dense(10)])
     result = summary.summary_rows(module, shapes_of(module, np.zeros((1, 28, 28, 1))))
@@ -54,7 +54,7 @@ def test_functional_summary_lists_inputs_and_frozen_layers_as_non_trainable():
 
 
 def test_summary_needs_a_sample_input_without_an_input_layer():
-    module, _ = functional.sequential_module([layers.Dense(2), layers.Dense(1)])
+    module, _ = sequential.sequential_module([layers.Dense(2), layers.Dense(1)])
     variables = shapes_of(module, np.zeros((1, 5)))
     with pytest.raises(ValueError, match="sample_input"):
         summary.summary_rows(module, variables)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src import functional
+from mirrorfit._src import functional, sequential
 from mirrorfit._src.layers import weights as weights_lib
 
 RNG = np.random.default_rng(3)
@@ -41,7 +41,7 @@ def cnn_layers():
 @pytest.mark.parametrize("kind", ["sequential", "functional"])
 def test_keras_ordered_weights_load_and_predict(kind):
     if kind == "sequential":
-        module, _ = functional.sequential_module([layers.Input((6, 6, 2)), *cnn_layers()])
+        module, _ = sequential.sequential_module([layers.Input((6, 6, 2)), *cnn_layers()])
     else:
         x = y = layers.Input((6, 6, 2))
         for layer in cnn_layers():
@@ -77,7 +77,7 @@ def test_weight_order_for_recurrent_attention_and_sorted_dicts():
 
 
 def test_set_weights_rejects_wrong_count_and_shape():
-    module, _ = functional.sequential_module([layers.Dense(2)])
+    module, _ = sequential.sequential_module([layers.Dense(2)])
     shapes = jax.eval_shape(module.init, jax.random.key(0), np.zeros((1, 3)))
     variables = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     with pytest.raises(ValueError, match="expects 2 arrays"):

@@ -1,11 +1,10 @@
-"""The functional API: symbolic tensors, the layer graph, and the Flax modules that run it.
+"""The functional API: symbolic tensors, the layer graph, and the Flax module that runs it.
 
 ``x = Input(shape)`` gives a `KerasTensor` (shape with ``None`` batch, dtype). Calling a
 ``mirrorfit.layers`` layer on symbolic tensors records a `Node` and returns symbolic outputs,
 with shapes from ``jax.eval_shape`` on the layer. `functional_module(inputs, outputs)` turns
-the recorded graph into a `FunctionalModule`; `sequential_module(layers)` does the same for a
-list. In both, each layer's variables sit under its ``name`` (Keras' ``"dense"``,
-``"dense_1"``, ... when not given), and a layer called twice shares them.
+the recorded graph into a `FunctionalModule`: each layer's variables sit under its ``name``
+(Keras' ``"dense"``, ``"dense_1"``, ... when not given), and a layer called twice shares them.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
@@ -267,7 +265,7 @@ def build_graph(inputs: Any, outputs: Any) -> Graph:
                  tuple(depths))
 
 
-def _mode_kwargs(layer: Any, training: bool) -> dict[str, bool]:
+def mode_kwargs(layer: Any, training: bool) -> dict[str, bool]:
     try:
         params = inspect.signature(layer.__call__ if isinstance(layer, nn.Module) else layer)
     except (TypeError, ValueError):
@@ -294,7 +292,7 @@ class FunctionalModule(nn.Module):
             leaves = [values[id(x)] if isinstance(x, KerasTensor) else x for x in leaves]
             call_args, call_kwargs = jax.tree.unflatten(treedef, leaves)
             layer = bound[id(node.layer)]
-            out = layer(*call_args, **call_kwargs, **_mode_kwargs(node.layer, training))
+            out = layer(*call_args, **call_kwargs, **mode_kwargs(node.layer, training))
             for t, v in zip(node.output_tensors, jax.tree.leaves(out)):
                 values[id(t)] = v
         flat, treedef = jax.tree.flatten(graph.outputs)
@@ -340,108 +338,3 @@ def functional_module(inputs: Any, outputs: Any, name: str | None = None) -> Fun
         >>> module = functional_module(x, y)
     """
     return FunctionalModule(build_graph(inputs, outputs), name=name)
-
-
-# -- Sequential ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Stack:
-    """The layers of a Sequential model, their param-tree keys and the leading `Input`."""
-
-    layers: tuple[Any, ...]
-    names: tuple[str, ...]
-    input: KerasTensor | None = None
-
-
-class SequentialModule(nn.Module):
-    """Runs layers in order; each gets Keras' ``training`` flag when its call takes one."""
-
-    stack: Stack
-
-    @nn.compact
-    def __call__(self, x: Any, training: bool = False) -> Any:
-        for layer, name in zip(self.stack.layers, self.stack.names):
-            call = layer.clone(name=name, parent=self) if isinstance(layer, nn.Module) else layer
-            x = call(x, **_mode_kwargs(layer, training))
-        return x
-
-
-def sequential_module(layers: Sequence[Any], name: str | None = None
-                      ) -> tuple[SequentialModule, tuple[int | None, ...] | None]:
-    """The Flax module of ``keras.Sequential(layers)`` and the input shape an `Input` gives.
-
-    Args:
-        layers: ``mirrorfit.layers`` layers, Flax modules or functions, optionally led by an
-            `Input` tensor.
-        name: the model's name.
-
-    Returns:
-        ``(module, input_shape)``: ``input_shape`` is the `Input`'s shape with ``None`` batch,
-        or ``None`` when no `Input` leads.
-
-    Raises:
-        TypeError: an `Input` after the first position, or an entry that is not callable.
-    """
-    layers = list(layers)
-    first = layers.pop(0) if layers and isinstance(layers[0], KerasTensor) else None
-    for i, layer in enumerate(layers):
-        if isinstance(layer, KerasTensor) or not callable(layer):
-            raise TypeError("Sequential takes layers (an Input may come first only). "
-                            f"Received: layers[{i}]={layer!r}")
-    stack = Stack(tuple(layers), assign_names(layers), first)
-    return SequentialModule(stack, name=name), None if first is None else first.shape
-
-
-def model_layers(module: nn.Module) -> list[tuple[str, Any]]:
-    """``(name, layer)`` of a `FunctionalModule` / `SequentialModule`, in Keras' order.
-
-    Raises:
-        TypeError: ``module`` is neither.
-    """
-    if isinstance(module, FunctionalModule):
-        return list(zip(module.graph.names, module.graph.layers))
-    if isinstance(module, SequentialModule):
-        return list(zip(module.stack.names, module.stack.layers))
-    raise TypeError("Expected a module from functional_module or sequential_module. "
-                    f"Received: module={type(module).__name__}")
-
-
-def non_trainable_paths(module: nn.Module) -> list[tuple[str]]:
-    """Param-tree prefixes ``(layer_name,)`` of the layers with ``trainable=False``."""
-    return [(name,) for name, layer in model_layers(module)
-            if not getattr(layer, "trainable", True)]
-
-
-def trainable_mask(module: nn.Module, params: Any) -> Any:
-    """A bool pytree like ``params``: ``False`` under non-trainable layers (for
-    ``optax.masked`` / ``optax.set_to_zero`` freezing)."""
-    frozen = {p[0] for p in non_trainable_paths(module)}
-    return {k: jax.tree.map(lambda _, t=k not in frozen: t, v) for k, v in params.items()}
-
-
-def input_spec(module: nn.Module) -> Any:
-    """The model's `Input` tensors (the functional ``inputs`` structure, or a Sequential's
-    leading `Input`); ``None`` for a Sequential built without one."""
-    if isinstance(module, FunctionalModule):
-        return module.graph.inputs
-    if isinstance(module, SequentialModule):
-        return module.stack.input
-    raise TypeError("Expected a module from functional_module or sequential_module. "
-                    f"Received: module={type(module).__name__}")
-
-
-def sample_inputs(module: nn.Module, batch_size: int = 1) -> Any:
-    """Zero arrays shaped as `input_spec` with ``batch_size`` rows (for ``init``).
-
-    Raises:
-        ValueError: a Sequential without a leading `Input` (its input shape is unknown).
-    """
-    spec = input_spec(module)
-    if spec is None:
-        raise ValueError("This Sequential model has no Input layer; pass sample inputs or "
-                         "start the layer list with mirrorfit.layers.Input(shape).")
-
-    def zeros(t: KerasTensor):
-        return jnp.zeros((batch_size, *t.shape[1:]), t.dtype)
-    return jax.tree.map(zeros, spec)

@@ -12,7 +12,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from mirrorfit._src import functional
+from mirrorfit._src import functional, sequential
 from mirrorfit._src.functional import KerasTensor
 from mirrorfit._src.layers import activations, base
 from mirrorfit._src.layers.core import Activation
@@ -98,7 +98,7 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
         TypeError: a module not built by `functional_module` / `sequential_module`.
         ValueError: a layer or call argument with no JSON form.
     """
-    if isinstance(module, functional.SequentialModule):
+    if isinstance(module, sequential.SequentialModule):
         stack = module.stack
         config = {"name": module.name,
                   "input": None if stack.input is None else _tensor_spec(stack.input),
@@ -148,7 +148,7 @@ def module_from_config(config: dict[str, Any], custom_objects: dict[str, Any] | 
     if kind == "Sequential":
         layers = [deserialize_layer(spec, custom_objects) for spec in body["layers"]]
         head = [] if body.get("input") is None else [_input(body["input"])]
-        return functional.sequential_module(head + layers, name=body.get("name"))[0]
+        return sequential.sequential_module(head + layers, name=body.get("name"))[0]
     if kind != "Functional":
         raise ValueError("config must come from functional_config (class_name 'Functional' or "
                          f"'Sequential'). Received: class_name={kind!r}")

@@ -87,7 +87,7 @@ class BatchNormalization(Layer):
                                                    + var * (1 - m))
         else:
             mean, var = moving["moving_mean"].value, moving["moving_variance"].value
-        cast = lambda v: None if v is None else v.reshape(bshape).astype(x.dtype)  # noqa: E731
+        cast = lambda v: None if v is None else v.reshape(bshape).astype(x.dtype)
         return _normalize(x, cast(mean), cast(var), cast(gamma), cast(beta), self.epsilon)
 
 
@@ -119,7 +119,7 @@ class LayerNormalization(Layer):
         x32 = x.astype(jnp.float32)
         mean = jnp.mean(x32, axes, keepdims=True)
         var = jnp.var(x32, axes, keepdims=True)
-        cast = lambda v: None if v is None else v.reshape(bshape).astype(jnp.float32)  # noqa: E731
+        cast = lambda v: None if v is None else v.reshape(bshape).astype(jnp.float32)
         return _normalize(x32, mean, var, cast(gamma), cast(beta), self.epsilon).astype(x.dtype)
 
 

@@ -61,7 +61,7 @@ class _Cell(nn.Module):
                                (spec.units, width), jnp.float32)
         bias = (None if spec.bias_shape is None else
                 self.param("bias", spec.bias_init, spec.bias_shape, jnp.float32))
-        cast = lambda w: None if w is None else w.astype(spec.compute_dtype)  # noqa: E731
+        cast = lambda w: None if w is None else w.astype(spec.compute_dtype)
         return spec.step(carry, x, cast(kernel), cast(recurrent), cast(bias))
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import rich.console
 import rich.table
 
-from mirrorfit._src import functional
+from mirrorfit._src import functional, sequential
+from mirrorfit._src.layers import model_info
 
 # Keras' layouts: (line length, column positions) without and with "Connected to".
 _LAYOUTS = {True: (88, (0.45, 0.80, 1.0)), False: (108, (0.3, 0.56, 0.74, 1.0))}
@@ -71,7 +72,7 @@ def _symbolic_shape(tree: Any) -> Any:
     return jax.tree.map(lambda s: (None, *s.shape[1:]), tree)
 
 
-def _sequential_shapes(module: functional.SequentialModule, sample_input: Any) -> list[Any]:
+def _sequential_shapes(module: sequential.SequentialModule, sample_input: Any) -> list[Any]:
     spec = module.stack.input
     if sample_input is None and spec is None:
         raise ValueError("summary_rows needs sample_input for a Sequential model without an "
@@ -83,7 +84,7 @@ def _sequential_shapes(module: functional.SequentialModule, sample_input: Any) -
     shapes = []
     for layer in module.stack.layers:
         if isinstance(layer, nn.Module):
-            kwargs = functional._mode_kwargs(layer, False)
+            kwargs = functional.mode_kwargs(layer, False)
             unbound = layer.clone(parent=None, name=None)
             x = jax.eval_shape(
                 lambda a, u=unbound, kw=kwargs: u.init_with_output(rngs, a, **kw)[0], x)
@@ -129,7 +130,7 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         TypeError: ``module`` is neither a functional nor a Sequential module.
     """
     rows = []
-    connect = lambda layer: "-"  # noqa: E731
+    connect = lambda layer: "-"
     sequential_like = True
     if isinstance(module, functional.FunctionalModule):
         graph = module.graph
@@ -139,12 +140,12 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         for t, name in zip(inputs, names):
             rows.append(LayerRow(name, "InputLayer", t.shape, 0, 0))
         input_names = {id(t): name for t, name in zip(inputs, names)}
-        connect = lambda layer: _connections(graph, layer, input_names)  # noqa: E731
+        connect = lambda layer: _connections(graph, layer, input_names)
         sequential_like = graph.sequential_like
     else:
         shapes = _sequential_shapes(module, sample_input)
     totals = {"trainable": [0, 0], "non_trainable": [0, 0]}
-    for (name, layer), shape in zip(functional.model_layers(module), shapes):
+    for (name, layer), shape in zip(model_info.model_layers(module), shapes):
         counts = {"trainable": (0, 0), "non_trainable": (0, 0)}
         for collection, tree in variables.items():
             if collection in ("losses", "intermediates") or name not in tree:
@@ -153,9 +154,9 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
                     else "non_trainable")
             n, size = _count(tree[name])
             counts[kind] = (counts[kind][0] + n, counts[kind][1] + size)
-        for kind in totals:
-            totals[kind][0] += counts[kind][0]
-            totals[kind][1] += counts[kind][1]
+        for kind, (n, size) in counts.items():
+            totals[kind][0] += n
+            totals[kind][1] += size
         class_name = (type(layer).__name__ if isinstance(layer, nn.Module)
                       else getattr(layer, "__name__", type(layer).__name__))
         rows.append(LayerRow(name, class_name, shape, counts["trainable"][0],

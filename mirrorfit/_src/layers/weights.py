@@ -16,7 +16,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from mirrorfit._src.functional import model_layers
+from mirrorfit._src.layers.model_info import model_layers
 
 # Keras' creation order of weight and sublayer names inside one layer.
 _CREATION_ORDER = ("query", "key", "value", "attention_output", "depthwise_kernel",
