@@ -152,6 +152,16 @@ def test_sequential_module_with_leading_input_and_names():
         sequential.sequential_module([layers.Dense(3), layers.Input((2,))])
 
 
+def test_sequential_takes_legacy_input_shape_on_the_first_layer():
+    # The TF "Distributed training with Keras" tutorial model, renamed.
+    module, input_shape = sequential.sequential_module([
+        layers.Conv2D(32, 3, activation="relu", input_shape=(28, 28, 1)),
+        layers.MaxPooling2D(), layers.Flatten(), layers.Dense(64, activation="relu"),
+        layers.Dense(10)])
+    assert input_shape == (None, 28, 28, 1)
+    assert sequential.sequential_module([layers.Dense(2, input_dim=5)])[1] == (None, 5)
+
+
 def test_non_trainable_layers_are_masked_and_their_batchnorm_infers():
     bn = layers.BatchNormalization()
     module, _ = sequential.sequential_module([layers.Dense(3), bn, layers.Dense(1)])

@@ -51,7 +51,8 @@ class MultiHeadAttention(Layer):
     ``attention_mask`` bool ``[batch, T, S]`` (True attends). Output ``[batch, T,
     output_dim]`` (``output_shape`` or ``query_dim``); with ``return_attention_scores`` also
     the softmax scores ``[batch, num_heads, T, S]``. Scores are ``q . k / sqrt(key_dim)``;
-    ``dropout`` applies to the scores in training.
+    ``dropout`` applies to the scores in training, from the ``"dropout"`` RNG stream (``seed``
+    is accepted for Keras code but does not pick the stream).
     """
 
     num_heads: int

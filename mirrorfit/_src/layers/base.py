@@ -3,6 +3,8 @@
 A `Layer` is a ``flax.linen`` module with Keras' layer surface:
 
 * ``trainable`` (settable after construction, as ``layer.trainable = False`` in Keras);
+* ``input_shape`` (``input_dim`` on Dense) on the first layer of a Sequential, as tf.keras tutorials
+  write it, instead of a leading `Input`;
 * ``dtype``: the compute dtype (``"float32"``, ``"bfloat16"``, ``"mixed_bfloat16"``, ...);
   params are always created in float32 and cast for the computation;
 * ``__call__(..., training=False)``, Keras' training flag;
@@ -80,6 +82,8 @@ class Layer(nn.Module):
 
     trainable: bool = dataclasses.field(default=True, kw_only=True)
     dtype: Any = dataclasses.field(default=None, kw_only=True)
+    # tf.keras' legacy way to give a Sequential model its input shape (no batch axis).
+    input_shape: Any = dataclasses.field(default=None, kw_only=True)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -106,6 +110,11 @@ class Layer(nn.Module):
             object.__setattr__(self, name, bool(value))
             return
         super().__setattr__(name, value)
+
+    @property
+    def declared_input_shape(self) -> tuple[int, ...] | None:
+        """The ``input_shape`` given to the constructor (no batch axis), if any."""
+        return None if self.input_shape is None else tuple(self.input_shape)
 
     # -- dtype ------------------------------------------------------------------------
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -27,6 +28,11 @@ class Dense(Layer):
     kernel_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
+    input_dim: int | None = dataclasses.field(default=None, kw_only=True)  # legacy tf.keras
+
+    @property
+    def declared_input_shape(self) -> tuple[int, ...] | None:
+        return (self.input_dim,) if self.input_dim is not None else super().declared_input_shape
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -57,7 +63,9 @@ class Dropout(Layer):
     """Zeroes inputs with probability ``rate`` in training and scales the rest by
     ``1 / (1 - rate)``, as ``keras.layers.Dropout``; any shape in and out.
 
-    Uses the ``"dropout"`` RNG stream. ``noise_shape`` entries of ``None`` take the input's.
+    Uses the ``"dropout"`` RNG stream, which the trainer seeds per step and replica; ``seed``
+    is accepted so Keras code ports unchanged but does not pick the stream. ``noise_shape``
+    entries of ``None`` take the input's.
     """
 
     rate: float
