@@ -154,7 +154,7 @@ def test_sequential_module_with_leading_input_and_names():
 
 def test_sequential_takes_legacy_input_shape_on_the_first_layer():
     # The TF "Distributed training with Keras" tutorial model, renamed.
-    module, input_shape = sequential.sequential_module([
+    _, input_shape = sequential.sequential_module([
         layers.Conv2D(32, 3, activation="relu", input_shape=(28, 28, 1)),
         layers.MaxPooling2D(), layers.Flatten(), layers.Dense(64, activation="relu"),
         layers.Dense(10)])
