@@ -89,6 +89,17 @@ def test_conv2d_matches_numpy_with_padding_and_strides(padding, stride):
     np.testing.assert_allclose(run(layer, v, x), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_grouped_conv2d_convolves_each_channel_group_separately():
+    layer = layers.Conv2D(4, 3, groups=2)
+    x = RNG.normal(size=(1, 5, 5, 4)).astype(np.float32)
+    v = init_random(layer, x)
+    w, b = v["params"]["kernel"], v["params"]["bias"]  # w: [3, 3, 4 / groups, filters]
+    expected = np.concatenate([conv2d_reference(x[..., 2 * g:2 * g + 2],
+                                                w[..., 2 * g:2 * g + 2], 0, 1, "valid")
+                               for g in range(2)], axis=-1) + b
+    np.testing.assert_allclose(run(layer, v, x), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_conv2d_default_padding_is_valid():
     assert out_shape(layers.Conv2D(4, 3), np.zeros((1, 8, 8, 1))) == (1, 6, 6, 4)
 

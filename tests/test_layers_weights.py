@@ -89,6 +89,7 @@ def test_set_weights_rejects_wrong_count_and_shape():
 _KERAS_CASES = {
     "Dense": (lambda m: m.Dense(3, activation="tanh"), (2, 4)),
     "Conv2D": (lambda m: m.Conv2D(3, 3, strides=2, padding="same"), (2, 7, 7, 2)),
+    "Conv2D_groups": (lambda m: m.Conv2D(4, 2, groups=2, dilation_rate=2), (1, 6, 6, 4)),
     "Conv1D_causal": (lambda m: m.Conv1D(2, 3, padding="causal", dilation_rate=2), (2, 9, 3)),
     "Conv3D": (lambda m: m.Conv3D(2, 2, strides=(1, 2, 1)), (1, 3, 4, 3, 2)),
     "Conv2DTranspose_valid": (lambda m: m.Conv2DTranspose(2, 3, strides=2), (1, 4, 4, 3)),
