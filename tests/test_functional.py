@@ -52,6 +52,19 @@ def test_functional_module_runs_the_graph_with_keras_names():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_layers_keep_their_assigned_names_and_get_layer_finds_them():
+    first = layers.Dense(2)
+    module, _ = sequential.sequential_module([layers.Input((3,)), first, layers.Dense(1)])
+    assert first.name == "dense"
+    assert model_info.get_layer(module, "dense_1").units == 1
+    with pytest.raises(ValueError, match="No such layer: 'nope'"):
+        model_info.get_layer(module, "nope")
+    # A later model that reuses `first` keeps its name and numbers the new layer after it.
+    x = layers.Input((3,))
+    module = functional.functional_module(x, layers.Dense(4)(first(x)))
+    assert [name for name, _ in model_info.model_layers(module)] == ["dense", "dense_1"]
+
+
 def test_shared_layer_reuses_its_params():
     a, b = layers.Input((3,), name="a"), layers.Input((3,), name="b")
     shared = layers.Dense(2)

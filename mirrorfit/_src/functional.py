@@ -208,7 +208,8 @@ def _keras_order(outputs: list[KerasTensor], inputs: list[KerasTensor]):
 
 def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
     """Param-tree keys: each layer's ``name``, else Keras' ``snake_case`` name made unique,
-    numbered in construction order as Keras (``dense``, ``dense_1``, ...) but per model.
+    numbered in construction order as Keras (``dense``, ``dense_1``, ...) but per model. A
+    ``mirrorfit.layers`` layer keeps the name it gets (``layer.name``), as Keras layers do.
 
     Raises:
         ValueError: two layers with the same explicit name.
@@ -234,6 +235,8 @@ def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
             name = f"{base}_{k}"
         taken.add(name)
         names[i] = name
+        if hasattr(layer, "construction_index"):  # a mirrorfit Layer keeps it, as in Keras
+            object.__setattr__(layer, "name", name)
     return tuple(names)
 
 

@@ -29,6 +29,19 @@ def model_layers(module: nn.Module) -> list[tuple[str, Any]]:
                     f"Received: module={type(module).__name__}")
 
 
+def get_layer(module: nn.Module, name: str) -> Any:
+    """The layer saved under ``name``, as ``keras.Model.get_layer``.
+
+    Raises:
+        ValueError: no layer has that name.
+    """
+    layers = dict(model_layers(module))
+    if name not in layers:
+        raise ValueError(f"No such layer: {name!r}. Existing layers are: {list(layers)}. "
+                         f"Received: name={name!r}")
+    return layers[name]
+
+
 def non_trainable_paths(module: nn.Module) -> list[tuple[str]]:
     """Param-tree prefixes ``(layer_name,)`` of the layers with ``trainable=False``."""
     return [(name,) for name, layer in model_layers(module)
