@@ -1,1 +1,1 @@
-"""Keras-compatible layers as ``flax.linen`` modules; the public names live in `mirrorfit.layers`."""
+"""Keras-compatible layers as ``flax.linen`` modules; public names in `mirrorfit.layers`."""

@@ -97,6 +97,10 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
     Raises:
         TypeError: a module not built by `functional_module` / `sequential_module`.
         ValueError: a layer or call argument with no JSON form.
+
+    Example:
+        >>> text = json.dumps(functional_config(module))
+        >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``
     """
     if isinstance(module, sequential.SequentialModule):
         stack = module.stack

@@ -128,6 +128,9 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
     Raises:
         ValueError: a Sequential without `Input` and no ``sample_input``.
         TypeError: ``module`` is neither a functional nor a Sequential module.
+
+    Example:
+        >>> print(format_summary(summary_rows(module, variables), name="sequential"))
     """
     rows = []
     connect = lambda layer: "-"

@@ -50,6 +50,12 @@ def keras_weight_order(module: nn.Module, variables: dict[str, Any]) -> list[Wei
 
     Raises:
         TypeError: ``module`` is not a functional or sequential module.
+
+    Example:
+        >>> module, _ = sequential_module([Input((3,)), Dense(2), BatchNormalization()])
+        >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
+        >>> ["/".join(p) for _, p in keras_weight_order(module, variables)][:3]
+        ['dense/kernel', 'dense/bias', 'batch_normalization/gamma']
     """
     collections = ["params"] + sorted(c for c in variables if c != "params"
                                       and c not in _NOT_WEIGHTS)
