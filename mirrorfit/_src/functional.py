@@ -19,6 +19,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from mirrorfit._src.naming import snake_case
+
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
 _NODE_SERIALS = itertools.count()
 
@@ -214,7 +216,6 @@ def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
     Raises:
         ValueError: two layers with the same explicit name.
     """
-    from mirrorfit._src.layers.base import snake_case  # base imports this module
 
     explicit = [getattr(l, "name", None) for l in layers]
     taken: set[str | None] = set()

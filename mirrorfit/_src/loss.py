@@ -13,12 +13,13 @@ A Keras loss has two faces, and this module owns both:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from mirrorfit._src.naming import snake_case
 
 EPSILON = 1e-7
 """Keras backend epsilon (``keras.config.epsilon()``) used to clip probabilities."""
@@ -27,13 +28,6 @@ REDUCTIONS = ("sum_over_batch_size", "sum", "mean", "mean_with_sample_weight", "
 """The ``reduction`` values ``keras.losses.Loss`` accepts."""
 
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
-
-
-def snake_case(name: str) -> str:
-    """Keras' ``to_snake_case``: ``"MeanIoU"`` -> ``"mean_io_u"``, ``"AUC"`` -> ``"auc"``."""
-    name = re.sub(r"\W+", "", name)
-    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def squeeze_or_expand_to_same_rank(

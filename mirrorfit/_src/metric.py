@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.loss import snake_case
+from mirrorfit._src.naming import snake_case
 from mirrorfit._src.values import Mirrored, PerReplica, batch_mask
 
 Stats = Any  # A pytree of arrays holding sums over examples.

@@ -16,8 +16,8 @@ from mirrorfit._src import f_score_metrics as fs
 from mirrorfit._src import iou_metrics as iou
 from mirrorfit._src import reduction_metrics as red
 from mirrorfit._src import regression_metrics as reg
-from mirrorfit._src.loss import snake_case
 from mirrorfit._src.metric import Metric, MetricFn
+from mirrorfit._src.naming import snake_case
 
 METRIC_CLASSES: tuple[type[Metric], ...] = (
     red.Mean, red.Sum, red.MeanMetricWrapper,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import re
 from typing import Any
 
 import flax.linen as nn
@@ -38,12 +37,6 @@ _CONSTRUCTION_ORDER = itertools.count()
 _COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
                    "mixed_bfloat16": jnp.bfloat16, "mixed_float16": jnp.float16,
                    "float64": jnp.float64}
-
-
-def snake_case(name: str) -> str:
-    """Keras' default layer name for a class name: ``MaxPooling2D -> max_pooling2d``."""
-    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def register(cls: type) -> type:
