@@ -152,8 +152,8 @@ class Model(ModelVariables):
 
     # -- compile / fit / evaluate / predict -------------------------------------------------
 
-    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, loss_weights: Any = None,
-                metrics: Any = None, weighted_metrics: Any = None, *,
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
+                loss_weights: Any = None, weighted_metrics: Any = None, *,
                 steps_per_execution: int = 1) -> None:
         """Configures training, as ``keras.Model.compile``.
 
