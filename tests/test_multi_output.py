@@ -116,3 +116,12 @@ def test_per_output_arguments_that_do_not_match_the_outputs_are_named(kwargs, ma
     with pytest.raises(ValueError, match=match):
         model = _model(2, **kwargs)
         model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_with_sample_weight"])
+def test_a_reduction_fit_would_not_honour_is_refused_at_compile(reduction):
+    with pytest.raises(ValueError, match=rf"cannot use reduction='{reduction}'.*Drop `reduction=`"):
+        _model(1, loss=mf.losses.MeanSquaredError(reduction=reduction))
+    model = _model(1, loss=["sparse_categorical_crossentropy",
+                            mf.losses.MeanSquaredError(reduction=None)])
+    assert np.isfinite(model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)[0])
