@@ -99,6 +99,9 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
         ValueError: a layer or call argument with no JSON form.
 
     Example:
+        >>> import json
+        >>> from mirrorfit._src.functional import functional_module
+        >>> module = functional_module(x := Input((3,)), Dense(2)(x))
         >>> text = json.dumps(functional_config(module))
         >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``
     """
