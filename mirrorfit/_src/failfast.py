@@ -1,0 +1,156 @@
+"""One worker's uncaught exception ends the whole multi-process job within seconds.
+
+Left alone, a worker that raises prints its traceback and then waits in JAX's shutdown
+barrier, while the other workers wait in their next collective, until the heartbeat timeout
+(100 s by default) aborts every process with a flood of C++ log lines. This module installs,
+on each process of a `MultiWorkerMirroredStrategy` job:
+
+* a ``sys.excepthook`` that prints the traceback as usual, records the failure in JAX's
+  coordination service (key ``mirrorfit/failed``) and leaves with ``os._exit(1)`` (no
+  shutdown barrier);
+* a watchdog thread that polls that key every `POLL_SECONDS` and, when a peer has failed,
+  prints one line naming it and leaves with `PEER_FAILED_EXIT_CODE`. It also stops the
+  process when process 0's coordination service is gone (process 0 died) for
+  `LOST_COORDINATOR_SECONDS`.
+
+Process 0 hosts the coordination service, so it leaves last: it waits (at most
+`ACK_SECONDS`) until every other process has reported that it is stopping.
+
+At a normal exit the watchdog stops first (an ``atexit`` hook that runs before JAX's own),
+so JAX's shutdown barrier is unchanged.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+PEER_FAILED_EXIT_CODE = 75  # sysexits' EX_TEMPFAIL: stopped because another process failed
+POLL_SECONDS = 0.25  # how often each process checks for a failed peer
+ACK_SECONDS = 3.0  # how long a failing process waits for the others to notice
+LOST_COORDINATOR_SECONDS = 2.0  # unreachable coordination service -> process 0 is gone
+_FAILED_KEY = "mirrorfit/failed"
+_STOPPED_DIR = "mirrorfit/stopped/"
+
+
+class _Watch:
+    """The failure hooks of one process (one per process, made by `install`)."""
+
+    def __init__(self, client: Any, process_id: int, num_processes: int,
+                 before_exit: Callable[[], None]):
+        self.client, self.process_id, self.num_processes = client, process_id, num_processes
+        self.before_exit = before_exit
+        self.stopped = threading.Event()
+        self.previous_hook = sys.excepthook
+        self.thread = threading.Thread(target=self._watch, name="mirrorfit-failfast",
+                                       daemon=True)
+
+    def _leave(self, code: int, acks_needed: int = 0) -> None:
+        """Exits with ``code``; process 0 first waits for ``acks_needed`` peers to stop.
+
+        Process 0 hosts the coordination service, so it leaves last: a process that loses
+        the service while still running is aborted by JAX's C++ runtime.
+        """
+        deadline = time.monotonic() + ACK_SECONDS
+        while self.process_id == 0 and acks_needed and time.monotonic() < deadline:
+            try:
+                if len(self.client.key_value_dir_get(_STOPPED_DIR)) >= acks_needed:
+                    break
+            except Exception:  # noqa: BLE001 - the service is gone: nobody left to wait for
+                break
+            time.sleep(POLL_SECONDS / 5)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        self.before_exit()
+        os._exit(code)
+
+    def excepthook(self, exc_type, exc, tb) -> None:
+        """Prints the traceback, tells the other processes, and leaves without the barrier."""
+        self.stopped.set()
+        try:
+            peer = self.client.key_value_try_get(_FAILED_KEY)
+        except Exception:  # noqa: BLE001 - NOT_FOUND: no process failed before this one
+            peer = None
+        if peer is not None:  # this error is the echo of a peer's failure (a closed socket)
+            self._peer_failed(peer, f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}"
+                              if str(exc) else "")
+        self.previous_hook(exc_type, exc, tb)
+        code = 130 if issubclass(exc_type, KeyboardInterrupt) else 1
+        try:
+            self.client.key_value_set(_FAILED_KEY, f"{self.process_id} {code}")
+        except Exception:  # noqa: BLE001 - another process failed first, or no service
+            pass
+        self._leave(code, acks_needed=self.num_processes - 1)
+
+    def _peer_failed(self, value: str, detail: str = "") -> None:
+        rank, _, code = value.partition(" ")
+        print(f"mirrorfit: process {rank} of the job failed with exit code {code} (see its "
+              f"traceback); stopping process {self.process_id} with exit code "
+              f"{PEER_FAILED_EXIT_CODE}.{detail}", file=sys.stderr, flush=True)
+        if self.process_id != 0:
+            try:
+                self.client.key_value_set(f"{_STOPPED_DIR}{self.process_id}", "1")
+            except Exception:  # noqa: BLE001 - best effort: process 0 waits ACK_SECONDS at most
+                pass
+        self._leave(PEER_FAILED_EXIT_CODE, acks_needed=self.num_processes - 2)
+
+    def _watch(self) -> None:
+        unreachable_since = None
+        while not self.stopped.wait(POLL_SECONDS):
+            try:
+                value = self.client.key_value_try_get(_FAILED_KEY)
+            except Exception as err:  # noqa: BLE001 - the runtime raises one error type
+                if "NOT_FOUND" in str(err) or self.stopped.is_set():
+                    unreachable_since = None
+                    continue
+                now = time.monotonic()
+                unreachable_since = unreachable_since or now
+                if now - unreachable_since >= LOST_COORDINATOR_SECONDS:
+                    print(f"mirrorfit: process 0's coordination service is unreachable for "
+                          f"{LOST_COORDINATOR_SECONDS:g} s, so process 0 has died; stopping "
+                          f"process {self.process_id} with exit code {PEER_FAILED_EXIT_CODE}. "
+                          f"Received: {str(err).splitlines()[0]}", file=sys.stderr,
+                          flush=True)
+                    self._leave(PEER_FAILED_EXIT_CODE)
+                continue
+            if not self.stopped.is_set():
+                self._peer_failed(value)
+            return
+
+    def stop(self) -> None:
+        """Stops watching (a normal exit): JAX's shutdown barrier then runs as usual."""
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=2 * POLL_SECONDS + 1)
+
+
+_installed: _Watch | None = None
+
+
+def install(client: Any, process_id: int, num_processes: int,
+            before_exit: Callable[[], None] = lambda: None) -> None:
+    """Makes an uncaught exception on this process end every process of the job quickly.
+
+    Call once, after ``jax.distributed.initialize``; later calls do nothing.
+
+    Args:
+        client: ``jax._src.distributed.global_state.client``, the coordination service client.
+        process_id: this process's index in ``[0, num_processes)``.
+        num_processes: processes in the job.
+        before_exit: called right before ``os._exit`` (e.g. to flush an output relay).
+    """
+    global _installed
+    if _installed is not None or num_processes == 1:
+        return
+    _installed = _Watch(client, process_id, num_processes, before_exit)
+    sys.excepthook = _installed.excepthook
+    _installed.thread.start()
+    atexit.register(_installed.stop)
