@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import threading
 import time
@@ -35,6 +36,8 @@ POLL_SECONDS = 0.25  # how often each process checks for a failed peer
 ACK_SECONDS = 3.0  # how long a failing process waits for the others to notice
 LOST_COORDINATOR_SECONDS = 2.0  # unreachable coordination service -> process 0 is gone
 _FAILED_KEY = "mirrorfit/failed"
+# A gloo collective whose peer process is gone (on loopback: at once).
+_LOST_PEER = re.compile(r"Gloo .*(Connection closed by peer|Connection reset by peer)")
 _STOPPED_DIR = "mirrorfit/stopped/"
 
 
@@ -83,6 +86,11 @@ class _Watch:
             self._peer_failed(peer, f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}"
                               if str(exc) else "")
         self.previous_hook(exc_type, exc, tb)
+        if _LOST_PEER.search(str(exc)):
+            print(f"mirrorfit: process {self.process_id} lost its connection to another "
+                  f"process of the job during a collective: that process died without a "
+                  f"Python traceback (killed, out of memory, or a crash); see its output.",
+                  file=sys.stderr, flush=True)
         code = 130 if issubclass(exc_type, KeyboardInterrupt) else 1
         try:
             self.client.key_value_set(_FAILED_KEY, f"{self.process_id} {code}")

@@ -34,11 +34,10 @@ from mirrorfit._src import cluster, failfast, rendezvous, worker_output
 from mirrorfit._src.cluster import ClusterConfig, ClusterResolver
 from mirrorfit._src.strategy import MirroredStrategy
 
-PEER_FAILED_EXIT_CODE = failfast.PEER_FAILED_EXIT_CODE
 _NO_CLUSTER = ("MultiWorkerMirroredStrategy: no cluster configuration found (no "
                "coordinator_address, MIRRORFIT_COORDINATOR, TF_CONFIG, or SLURM / Open MPI / "
                "Kubernetes / Cloud TPU job), so this process runs as the only worker.")
-_joined: ClusterConfig | None = None  # this process's job, once joined
+_joined: ClusterConfig | None = None  # this process's multi-process job, once joined
 
 
 class MultiWorkerMirroredStrategy(MirroredStrategy):
@@ -97,6 +96,9 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
         ...     model = mf.Sequential([nn.Dense(10)], input_shape=(784,))
         >>> batch_size = 32 * strategy.num_replicas_in_sync  # the global batch
     """
+
+    PEER_FAILED_EXIT_CODE: int = failfast.PEER_FAILED_EXIT_CODE
+    """Exit code of a process stopped because another process of the job failed."""
 
     def __init__(self, coordinator_address: str | None = None, num_processes: int | None = None,
                  process_id: int | None = None,
@@ -200,7 +202,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     Resolves the configuration (`mirrorfit._src.cluster.resolve`), holds the roll call
     (`mirrorfit._src.rendezvous.roll_call`), then calls ``jax.distributed.initialize`` and
     installs the fail-fast hooks. With no configuration, prints one line and joins nothing.
-    A second call (e.g. a second strategy) returns the first call's configuration.
+    Once joined, a later call (e.g. a second strategy) returns the joined configuration.
 
     Raises:
         ValueError: for bad settings, naming the argument or environment variable.
@@ -218,9 +220,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     config = cluster.resolve(coordinator_address, num_processes, process_id,
                              initialization_timeout=initialization_timeout,
                              heartbeat_timeout=heartbeat_timeout)
-    if config.coordinator_address is None:
+    if config.coordinator_address is None:  # not remembered: a later call may find a job
         print(_NO_CLUSTER, file=sys.stderr, flush=True)
-        _joined = config
         return config
     if xla_bridge.backends_are_initialized():
         raise RuntimeError(
