@@ -206,7 +206,7 @@ def test_worker_exception_under_launcher_ends_job_within_10s_with_one_traceback(
     assert re.search(r"^\[0\] mirrorfit: process 1 of the job failed with exit code 1",
                      output, flags=re.M)
     assert "[launch] process 1 failed with exit code 1" in output
-    assert "Check failure" not in output and "Gloo" not in output
+    assert "Check failure" not in output and "[Gloo] Rank" not in output
     assert not list(tmp_path.glob("done-*"))
 
 
@@ -280,3 +280,13 @@ def test_launcher_kills_all_and_returns_first_nonzero_exit_code(tmp_path):
     start = time.monotonic()
     assert launch.launch(str(script), nproc=2) == 3
     assert time.monotonic() - start < 30
+
+
+def test_gloo_connection_lines_are_dropped_even_when_interleaved():
+    from mirrorfit._src.worker_output import _without_gloo
+
+    message = b"is connected to 3 peer ranks. Expected number of connected peer ranks is : 3"
+    assert _without_gloo(b"[Gloo] Rank 0 " + message) == b""
+    assert _without_gloo(b"[Gloo] Rank [Gloo] Rank 2 " + message) == b""  # two threads
+    assert _without_gloo(b"3 " + message) == b""  # the rest of the second thread's line
+    assert _without_gloo(b"Epoch 1/3 - loss: 0.5") == b"Epoch 1/3 - loss: 0.5\n"

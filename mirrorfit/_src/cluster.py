@@ -218,6 +218,13 @@ def _auto_detect(init_timeout: int) -> tuple[str | None, int | None, int | None,
     return None, None, None, ""
 
 
+def _seconds(value: int | None, name: str, env: str, default: int) -> int:
+    """A timeout: the argument if given, else the (checked) environment variable, else default."""
+    if value is not None:
+        return _int(value, name, minimum=1, what="a timeout in seconds")
+    return default if _env(env) is None else int(_env(env))
+
+
 def resolve(coordinator_address: str | None = None, num_processes: int | None = None,
             process_id: int | None = None, *, initialization_timeout: int | None = None,
             heartbeat_timeout: int | None = None) -> ClusterConfig:
@@ -225,6 +232,16 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
 
     Arguments win over ``MIRRORFIT_*`` variables, which win over ``TF_CONFIG``, which wins
     over JAX's cluster auto-detection. With none of them, the job is this one process.
+
+    Args:
+        coordinator_address: ``"host:port"`` of process 0, or None to look further.
+        num_processes: processes in the job, or None.
+        process_id: this process's index in ``[0, num_processes)``, or None.
+        initialization_timeout: seconds to wait for all processes (default 300).
+        heartbeat_timeout: seconds without a heartbeat before a process is dead (default 100).
+
+    Returns:
+        The `ClusterConfig`; its ``coordinator_address`` is None for a single process.
 
     Raises:
         ValueError: naming the argument or environment variable that is malformed or
@@ -239,14 +256,10 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
     if process_id is not None:
         process_id = _int(process_id, "process_id", minimum=0,
                           what="this process's index, 0 for the chief")
-    init_timeout = _int(initialization_timeout, "initialization_timeout", minimum=1,
-                        what="seconds to wait for all processes") if (
-        initialization_timeout is not None) else int(_env(INIT_TIMEOUT_ENV) or
-                                                     DEFAULT_INIT_TIMEOUT)
-    heartbeat = _int(heartbeat_timeout, "heartbeat_timeout", minimum=1,
-                     what="seconds without a heartbeat before a process counts as dead") if (
-        heartbeat_timeout is not None) else int(_env(HEARTBEAT_TIMEOUT_ENV) or
-                                                DEFAULT_HEARTBEAT_TIMEOUT)
+    init_timeout = _seconds(initialization_timeout, "initialization_timeout",
+                            INIT_TIMEOUT_ENV, DEFAULT_INIT_TIMEOUT)
+    heartbeat = _seconds(heartbeat_timeout, "heartbeat_timeout", HEARTBEAT_TIMEOUT_ENV,
+                         DEFAULT_HEARTBEAT_TIMEOUT)
 
     source = "arguments"
     address = coordinator_address
@@ -256,12 +269,11 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
         num_processes = int(_env(NUM_PROCESSES_ENV))
     if process_id is None and _env(PROCESS_ID_ENV) is not None:
         process_id = int(_env(PROCESS_ID_ENV))
-    task_type, task_id, cluster = "worker", process_id, None
+    task_type, task_id, spec = "worker", process_id, None
     if address is None and os.environ.get(TF_CONFIG_ENV) is not None:
-        cluster, task_type, task_id, tf_process_id = _parse_tf_config(
-            os.environ[TF_CONFIG_ENV])
-        address = (cluster.get("chief") or cluster["worker"])[0]
-        num_processes = sum(len(v) for v in cluster.values())
+        spec, task_type, task_id, tf_process_id = _parse_tf_config(os.environ[TF_CONFIG_ENV])
+        address = (spec.get("chief") or spec["worker"])[0]
+        num_processes = sum(len(v) for v in spec.values())
         process_id, source = tf_process_id, TF_CONFIG_ENV
     if address is None:
         detected, count, index, name = _auto_detect(init_timeout)
@@ -290,4 +302,4 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
                          f"process_id={process_id}")
     return ClusterConfig(address, num_processes, process_id, init_timeout, heartbeat, source,
                          task_type, process_id if task_id is None else task_id,
-                         cluster or _unknown_cluster(address, num_processes))
+                         spec or _unknown_cluster(address, num_processes))

@@ -9,9 +9,12 @@ on each process of a `MultiWorkerMirroredStrategy` job:
   coordination service (key ``mirrorfit/failed``) and leaves with ``os._exit(1)`` (no
   shutdown barrier);
 * a watchdog thread that polls that key every `POLL_SECONDS` and, when a peer has failed,
-  prints one line naming it and leaves with `PEER_FAILED_EXIT_CODE`. It also stops the
-  process when process 0's coordination service is gone (process 0 died) for
-  `LOST_COORDINATOR_SECONDS`.
+  prints one line naming it and leaves with `PEER_FAILED_EXIT_CODE`.
+
+A process that dies without a Python exception (killed, out of memory) is not reported
+here: on the CPU backend its peers' next gloo collective fails at once (its sockets close,
+and the excepthook adds a line saying so); when process 0 dies, JAX's runtime aborts the
+others at once; otherwise they stop after the heartbeat timeout.
 
 Process 0 hosts the coordination service, so it leaves last: it waits (at most
 `ACK_SECONDS`) until every other process has reported that it is stopping.
@@ -34,7 +37,6 @@ from typing import Any
 PEER_FAILED_EXIT_CODE = 75  # sysexits' EX_TEMPFAIL: stopped because another process failed
 POLL_SECONDS = 0.25  # how often each process checks for a failed peer
 ACK_SECONDS = 3.0  # how long a failing process waits for the others to notice
-LOST_COORDINATOR_SECONDS = 2.0  # unreachable coordination service -> process 0 is gone
 _FAILED_KEY = "mirrorfit/failed"
 # A gloo collective whose peer process is gone (on loopback: at once).
 _LOST_PEER = re.compile(r"Gloo .*(Connection closed by peer|Connection reset by peer)")
@@ -111,23 +113,10 @@ class _Watch:
         self._leave(PEER_FAILED_EXIT_CODE, acks_needed=self.num_processes - 2)
 
     def _watch(self) -> None:
-        unreachable_since = None
         while not self.stopped.wait(POLL_SECONDS):
             try:
                 value = self.client.key_value_try_get(_FAILED_KEY)
-            except Exception as err:  # noqa: BLE001 - the runtime raises one error type
-                if "NOT_FOUND" in str(err) or self.stopped.is_set():
-                    unreachable_since = None
-                    continue
-                now = time.monotonic()
-                unreachable_since = unreachable_since or now
-                if now - unreachable_since >= LOST_COORDINATOR_SECONDS:
-                    print(f"mirrorfit: process 0's coordination service is unreachable for "
-                          f"{LOST_COORDINATOR_SECONDS:g} s, so process 0 has died; stopping "
-                          f"process {self.process_id} with exit code {PEER_FAILED_EXIT_CODE}. "
-                          f"Received: {str(err).splitlines()[0]}", file=sys.stderr,
-                          flush=True)
-                    self._leave(PEER_FAILED_EXIT_CODE)
+            except Exception:  # noqa: BLE001 - NOT_FOUND: no process has failed
                 continue
             if not self.stopped.is_set():
                 self._peer_failed(value)

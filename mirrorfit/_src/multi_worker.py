@@ -15,9 +15,10 @@ Everything else (the mesh over **all** processes' devices, placement, compiled s
 inherited from `MirroredStrategy`; `MirroredStrategy.shard_batch` passes each process's rows
 of every global batch to ``jax.make_array_from_process_local_data``.
 
-A process killed outright (no Python exception) is noticed by JAX's coordination service:
-the others stop getting its heartbeat and terminate after ``heartbeat_timeout`` seconds;
-when process 0 dies, the others stop within a few seconds (`mirrorfit._src.failfast`).
+A process killed outright (no Python exception) makes the others' next gloo collective
+fail at once on the CPU backend; otherwise JAX's coordination service notices the missing
+heartbeat and terminates the others after ``heartbeat_timeout`` seconds (at once when the
+dead process is process 0, which hosts the service).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
         local_device_ids: the local devices this process uses (default: all).
         initialization_timeout: seconds to wait for all processes to join. Default:
             ``$MIRRORFIT_INIT_TIMEOUT``, else 300.
-        heartbeat_timeout: seconds after which a silent (killed) process makes the others
-            terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
+        heartbeat_timeout: seconds after which a silent process (e.g. on a machine that
+            vanished) makes the others terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
 
     Attributes:
         cluster_resolver: this process's `ClusterResolver` (``task_type``, ``task_id``,
@@ -214,8 +215,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     global _joined
     if _joined is not None:
         return _joined
-    if distributed.global_state.client is not None:
+    if distributed.global_state.client is not None:  # the user called it already
         _joined = _config_from_jax()
+        _install_hooks(_joined)
         return _joined
     config = cluster.resolve(coordinator_address, num_processes, process_id,
                              initialization_timeout=initialization_timeout,
@@ -239,9 +241,16 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         local_device_ids, initialization_timeout=config.initialization_timeout,
         heartbeat_timeout_seconds=config.heartbeat_timeout,
         shutdown_timeout_seconds=config.heartbeat_timeout)
+    _joined = config
+    _install_hooks(config)
+    return config
+
+
+def _install_hooks(config: ClusterConfig) -> None:
+    """Hides gloo's connection lines (CPU backend) and makes failures end the job fast."""
+    from jax._src import distributed
+
     if jax.default_backend() == "cpu" and not cluster.gloo_logs_shown():
         worker_output.hide_gloo_lines()
     failfast.install(distributed.global_state.client, config.process_id,
                      config.num_processes, before_exit=worker_output.flush)
-    _joined = config
-    return config
