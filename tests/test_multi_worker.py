@@ -192,7 +192,8 @@ def _wait_all(procs, timeout=120):
 
 
 def test_worker_exception_under_launcher_ends_job_within_10s_with_one_traceback(tmp_path):
-    # The TF tutorial's save pattern: worker 1 removes a temp dir it never wrote.
+    # The TF tutorial's save pattern: worker 1 removes a temp dir it never wrote, while the
+    # chief has finished and waits at exit for the others.
     done = subprocess.run(
         [sys.executable, "-m", "mirrorfit.launch", "--nproc", "2", "--cpu-devices", "1",
          FAILURE_SCRIPT, str(tmp_path), "--fail-rank", "1"], env=_env(), capture_output=True,
@@ -207,42 +208,39 @@ def test_worker_exception_under_launcher_ends_job_within_10s_with_one_traceback(
                      output, flags=re.M)
     assert "[launch] process 1 failed with exit code 1" in output
     assert "Check failure" not in output and "[Gloo] Rank" not in output
-    assert not list(tmp_path.glob("done-*"))
+    assert (tmp_path / "done-0").exists() and not (tmp_path / "done-1").exists()
 
 
 def test_chief_exception_without_launcher_ends_every_process_within_10s(tmp_path):
-    port = launch.free_port()
-    envs = [{"MIRRORFIT_COORDINATOR": f"127.0.0.1:{port}", "MIRRORFIT_NUM_PROCESSES": "2",
-             "MIRRORFIT_PROCESS_ID": str(rank)} for rank in range(2)]
-    procs = _start(tmp_path, envs, "--fail-rank", "0")
-    codes, outputs, ended = _wait_all(procs)
+    # Started from TF_CONFIG (a chief and one worker); the worker waits in a collective.
+    ports = [launch.free_port(), launch.free_port()]
+    spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+    envs = [{"TF_CONFIG": json.dumps({"cluster": spec, "task": task})}
+            for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0})]
+    codes, outputs, ended = _wait_all(_start(tmp_path, envs, "--fail-rank", "0",
+                                             "--evaluate-after"))
     raised = float((tmp_path / "raised-0").read_text())
     assert codes == [1, mf.MultiWorkerMirroredStrategy.PEER_FAILED_EXIT_CODE], outputs
     assert all(t - raised < 10 for t in ended), (ended, raised)
     assert outputs[0].count("Traceback") == 1 and "FileNotFoundError" in outputs[0]
-    for output in outputs[1:]:
-        assert "Traceback" not in output, output
-        assert "mirrorfit: process 0 of the job failed with exit code 1" in output
+    assert "Traceback" not in outputs[1]
+    assert "mirrorfit: process 0 of the job failed with exit code 1" in outputs[1]
     assert "Check failure" not in "".join(outputs)
+    assert [(tmp_path / f"resolver-{rank}").read_text() for rank in range(2)] == [
+        "chief 0", "worker 0"]
 
 
-@pytest.mark.parametrize("source", ["TF_CONFIG", "SLURM"])
-def test_job_starts_from_tf_config_or_slurm_variables(tmp_path, source):
-    ports = [launch.free_port(), launch.free_port()]
-    if source == "TF_CONFIG":  # a chief and one worker, as tf.distribute writes it
-        spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
-        envs = [{"TF_CONFIG": json.dumps({"cluster": spec, "task": task})}
-                for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0})]
-        expected = ["chief 0", "worker 0"]
-    else:  # what srun sets for 2 tasks on one node; JAX's SlurmCluster reads it
-        envs = [{"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank),
-                 "SLURM_LOCALID": str(rank), "SLURM_STEP_NODELIST": "127.0.0.1",
-                 "SLURM_STEP_NUM_NODES": "1", "JAX_COORDINATOR_PORT": str(ports[0])}
-                for rank in range(2)]
-        expected = ["worker 0", "worker 1"]
-    codes, outputs, _ = _wait_all(_start(tmp_path, envs))
+def test_job_starts_from_slurm_variables(tmp_path):
+    port = launch.free_port()  # what srun sets for 2 tasks on one node; JAX reads it
+    envs = [{"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank),
+             "SLURM_LOCALID": str(rank), "SLURM_STEP_NODELIST": "127.0.0.1",
+             "SLURM_STEP_NUM_NODES": "1", "JAX_COORDINATOR_PORT": str(port)}
+            for rank in range(2)]
+    codes, outputs, _ = _wait_all(_start(tmp_path, envs, "--evaluate-after"))
     assert codes == [0, 0], outputs
-    assert [(tmp_path / f"done-{rank}").read_text() for rank in range(2)] == expected
+    assert [(tmp_path / f"resolver-{rank}").read_text() for rank in range(2)] == [
+        "worker 0", "worker 1"]
+    assert (tmp_path / "done-0").exists() and (tmp_path / "done-1").exists()
     assert "no cluster configuration" not in "".join(outputs)
 
 

@@ -19,8 +19,10 @@ others at once; otherwise they stop after the heartbeat timeout.
 Process 0 hosts the coordination service, so it leaves last: it waits (at most
 `ACK_SECONDS`) until every other process has reported that it is stopping.
 
-At a normal exit the watchdog stops first (an ``atexit`` hook that runs before JAX's own),
-so JAX's shutdown barrier is unchanged.
+At a normal exit, an ``atexit`` hook (which runs before JAX's own) stops the watchdog and
+waits until every process is exiting, like JAX's shutdown barrier, but leaves at once with
+`PEER_FAILED_EXIT_CODE` if a process fails meanwhile (e.g. the chief finished, and a worker
+raised in its last lines).
 """
 
 from __future__ import annotations
@@ -40,15 +42,17 @@ ACK_SECONDS = 3.0  # how long a failing process waits for the others to notice
 _FAILED_KEY = "mirrorfit/failed"
 # A gloo collective whose peer process is gone (on loopback: at once).
 _LOST_PEER = re.compile(r"Gloo .*(Connection closed by peer|Connection reset by peer)")
-_STOPPED_DIR = "mirrorfit/stopped/"
+_STOPPED_DIR = "mirrorfit/stopped/"  # processes stopping because a peer failed
+_EXITING_DIR = "mirrorfit/exiting/"  # processes at a normal exit
 
 
 class _Watch:
     """The failure hooks of one process (one per process, made by `install`)."""
 
-    def __init__(self, client: Any, process_id: int, num_processes: int,
+    def __init__(self, client: Any, process_id: int, num_processes: int, exit_timeout: float,
                  before_exit: Callable[[], None]):
         self.client, self.process_id, self.num_processes = client, process_id, num_processes
+        self.exit_timeout = exit_timeout
         self.before_exit = before_exit
         self.stopped = threading.Event()
         self.previous_hook = sys.excepthook
@@ -122,17 +126,35 @@ class _Watch:
                 self._peer_failed(value)
             return
 
-    def stop(self) -> None:
-        """Stops watching (a normal exit): JAX's shutdown barrier then runs as usual."""
+    def at_exit(self) -> None:
+        """A normal exit: waits until every process is exiting, leaving at once if one fails.
+
+        JAX's shutdown barrier (which runs next) would wait ``exit_timeout`` for a process
+        that failed meanwhile; this barrier watches the failure key instead.
+        """
         self.stopped.set()
         if self.thread.is_alive():
             self.thread.join(timeout=2 * POLL_SECONDS + 1)
+        try:
+            self.client.key_value_set(f"{_EXITING_DIR}{self.process_id}", "1")
+        except Exception:  # noqa: BLE001 - no service: nothing to wait for
+            return
+        deadline = time.monotonic() + self.exit_timeout
+        while time.monotonic() < deadline:
+            try:
+                if len(self.client.key_value_dir_get(_EXITING_DIR)) >= self.num_processes:
+                    return
+                failed = self.client.key_value_try_get(_FAILED_KEY)
+            except Exception:  # noqa: BLE001 - NOT_FOUND: nobody failed; keep waiting
+                time.sleep(POLL_SECONDS / 5)
+                continue
+            self._peer_failed(failed)
 
 
 _installed: _Watch | None = None
 
 
-def install(client: Any, process_id: int, num_processes: int,
+def install(client: Any, process_id: int, num_processes: int, exit_timeout: float,
             before_exit: Callable[[], None] = lambda: None) -> None:
     """Makes an uncaught exception on this process end every process of the job quickly.
 
@@ -142,12 +164,14 @@ def install(client: Any, process_id: int, num_processes: int,
         client: ``jax._src.distributed.global_state.client``, the coordination service client.
         process_id: this process's index in ``[0, num_processes)``.
         num_processes: processes in the job.
+        exit_timeout: seconds a normally exiting process waits for the others to exit too
+            (JAX's ``shutdown_timeout``).
         before_exit: called right before ``os._exit`` (e.g. to flush an output relay).
     """
     global _installed
     if _installed is not None or num_processes == 1:
         return
-    _installed = _Watch(client, process_id, num_processes, before_exit)
+    _installed = _Watch(client, process_id, num_processes, exit_timeout, before_exit)
     sys.excepthook = _installed.excepthook
     _installed.thread.start()
-    atexit.register(_installed.stop)
+    atexit.register(_installed.at_exit)  # runs before JAX's shutdown (registered earlier)

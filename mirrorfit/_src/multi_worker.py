@@ -253,4 +253,5 @@ def _install_hooks(config: ClusterConfig) -> None:
     if jax.default_backend() == "cpu" and not cluster.gloo_logs_shown():
         worker_output.hide_gloo_lines()
     failfast.install(distributed.global_state.client, config.process_id,
-                     config.num_processes, before_exit=worker_output.flush)
+                     config.num_processes, exit_timeout=config.heartbeat_timeout,
+                     before_exit=worker_output.flush)
