@@ -59,6 +59,14 @@ def test_tf_config_maps_first_task_to_coordinator_and_index_to_process_id(
     assert (resolver.task_type, resolver.task_id) == expected[3:]
 
 
+@pytest.mark.parametrize("tf_config", ["", "{}", '{"cluster": {}, "task": {}}'])
+def test_tf_config_without_cluster_means_one_local_worker(monkeypatch, tf_config):
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    config = cluster.resolve()
+    assert (config.coordinator_address, config.num_processes, config.process_id) == (
+        None, 1, 0)
+
+
 def test_mirrorfit_variables_win_over_tf_config(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", _tf_config({"worker": ["h0:1", "h1:2"]}, "worker", 1))
     monkeypatch.setenv("MIRRORFIT_COORDINATOR", "10.0.0.1:1234")

@@ -113,8 +113,18 @@ def check_address(address: Any, name: str) -> str:
 
 
 def _env(name: str) -> str | None:
+    """The variable's value; None if unset or blank (or ``TF_CONFIG`` without a cluster)."""
     value = os.environ.get(name)
-    return None if value is None or value.strip() == "" and name != TF_CONFIG_ENV else value
+    if value is None or not value.strip():
+        return None
+    if name == TF_CONFIG_ENV:
+        try:
+            config = json.loads(value)
+        except json.JSONDecodeError:
+            return value  # _parse_tf_config says what is wrong
+        if isinstance(config, dict) and not config.get("cluster"):
+            return None  # as in TF: no cluster means a single local worker
+    return value
 
 
 def check_environment() -> None:
@@ -139,8 +149,8 @@ def check_environment() -> None:
     if all(name in os.environ for name in SLURM_INT_ENVS):
         for name in SLURM_INT_ENVS:
             _int(os.environ[name], name, minimum=0, what="set by SLURM's srun")
-    if os.environ.get(TF_CONFIG_ENV) is not None:
-        _parse_tf_config(os.environ[TF_CONFIG_ENV])
+    if (value := _env(TF_CONFIG_ENV)) is not None:
+        _parse_tf_config(value)
 
 
 def gloo_logs_shown() -> bool:
@@ -184,7 +194,7 @@ def _parse_tf_config(text: str) -> tuple[dict[str, list[str]], str, int, int]:
             check_address(address, f"{TF_CONFIG_ENV} cluster.{task_type} entry")
     if len(cluster.get("chief", [])) > 1:
         raise bad("may list at most one chief")
-    if not cluster:
+    if "worker" not in cluster and "chief" not in cluster:
         raise bad("cluster must list at least one worker")
     task = config.get("task")
     if not isinstance(task, dict) or task.get("type") not in cluster:
@@ -270,8 +280,8 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
     if process_id is None and _env(PROCESS_ID_ENV) is not None:
         process_id = int(_env(PROCESS_ID_ENV))
     task_type, task_id, spec = "worker", process_id, None
-    if address is None and os.environ.get(TF_CONFIG_ENV) is not None:
-        spec, task_type, task_id, tf_process_id = _parse_tf_config(os.environ[TF_CONFIG_ENV])
+    if address is None and _env(TF_CONFIG_ENV) is not None:
+        spec, task_type, task_id, tf_process_id = _parse_tf_config(_env(TF_CONFIG_ENV))
         address = (spec.get("chief") or spec["worker"])[0]
         num_processes = sum(len(v) for v in spec.values())
         process_id, source = tf_process_id, TF_CONFIG_ENV

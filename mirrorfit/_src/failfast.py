@@ -92,7 +92,8 @@ class _Watch:
             self._peer_failed(peer, f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}"
                               if str(exc) else "")
         self.previous_hook(exc_type, exc, tb)
-        if _LOST_PEER.search(str(exc)):
+        lost_peer = bool(_LOST_PEER.search(str(exc)))
+        if lost_peer:
             print(f"mirrorfit: process {self.process_id} lost its connection to another "
                   f"process of the job during a collective: that process died without a "
                   f"Python traceback (killed, out of memory, or a crash); see its output.",
@@ -102,7 +103,9 @@ class _Watch:
             self.client.key_value_set(_FAILED_KEY, f"{self.process_id} {code}")
         except Exception:  # noqa: BLE001 - another process failed first, or no service
             pass
-        self._leave(code, acks_needed=self.num_processes - 1)
+        # A lost peer is dead and never acknowledges: waiting for it would only let the
+        # heartbeat timeout abort this process.
+        self._leave(code, acks_needed=self.num_processes - 1 - lost_peer)
 
     def _peer_failed(self, value: str, detail: str = "") -> None:
         rank, _, code = value.partition(" ")
