@@ -40,7 +40,7 @@ def _launch(out, *args, timeout=120):
     done = subprocess.run(
         [sys.executable, "-m", "mirrorfit.launch", "--nproc", "2", "--cpu-devices", "2",
          SCRIPT, str(out), *args], env=_env(), capture_output=True, text=True,
-        timeout=timeout, cwd=ROOT)
+        timeout=timeout, cwd=ROOT, check=False)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
 
 
@@ -131,9 +131,9 @@ def test_only_chief_prints_and_writes_logs_launcher_prefixes_ranks(job):
     out, output, _ = job
     assert (out / "log-0.csv").read_text().count("\n") == 1 + 3  # header, 3 epochs
     assert not (out / "log-1.csv").exists()
-    epochs = re.findall(r"^\[(\d)\] Epoch \d/3", output, flags=re.M)
+    epochs = re.findall(r"^\[(\d)\] Epoch \d/3", output, flags=re.MULTILINE)
     assert epochs == ["0"] * 3
-    assert re.search(r"^\[1\] process 1 done$", output, flags=re.M)
+    assert re.search(r"^\[1\] process 1 done$", output, flags=re.MULTILINE)
     assert "Gloo" not in output and "is connected to" not in output
     assert not (out / "backup").exists()  # BackupAndRestore deletes it after success
 
@@ -197,15 +197,15 @@ def test_worker_exception_under_launcher_ends_job_within_10s_with_one_traceback(
     done = subprocess.run(
         [sys.executable, "-m", "mirrorfit.launch", "--nproc", "2", "--cpu-devices", "1",
          FAILURE_SCRIPT, str(tmp_path), "--fail-rank", "1"], env=_env(), capture_output=True,
-        text=True, timeout=120, cwd=ROOT)
+        text=True, timeout=120, cwd=ROOT, check=False)
     ended = time.time()
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert ended - float((tmp_path / "raised-1").read_text()) < 10, output
     assert output.count("Traceback") == 1
-    assert re.search(r"^\[1\] FileNotFoundError: .*workertemp_1", output, flags=re.M)
+    assert re.search(r"^\[1\] FileNotFoundError: .*workertemp_1", output, flags=re.MULTILINE)
     assert re.search(r"^\[0\] mirrorfit: process 1 of the job failed with exit code 1",
-                     output, flags=re.M)
+                     output, flags=re.MULTILINE)
     assert "[launch] process 1 failed with exit code 1" in output
     assert "Check failure" not in output and "[Gloo] Rank" not in output
     assert (tmp_path / "done-0").exists() and not (tmp_path / "done-1").exists()
@@ -246,9 +246,10 @@ def test_job_starts_from_slurm_variables(tmp_path):
 
 def test_peer_never_arriving_raises_timeout_naming_it():
     done = subprocess.run(
-        [sys.executable, "-c", "import mirrorfit as mf; mf.MultiWorkerMirroredStrategy("
-         f"'127.0.0.1:{launch.free_port()}', 3, 0, initialization_timeout=1)"],
-        env=_env(), capture_output=True, text=True, timeout=60, cwd=ROOT)
+        [sys.executable, "-c", ("import mirrorfit as mf; mf.MultiWorkerMirroredStrategy("
+                                f"'127.0.0.1:{launch.free_port()}', 3, 0, "
+                                "initialization_timeout=1)")],
+        env=_env(), capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert done.returncode == 1
     assert ("TimeoutError: The job did not form: process ids [1, 2] of num_processes=3 did "
             "not join") in done.stderr
@@ -261,7 +262,8 @@ def test_launcher_prefixes_every_line_and_every_redrawn_line(tmp_path):
                       "sys.stderr.write('\\r 10%|#  |\\r 50%|## |\\r100%|###|\\n')\n"
                       "print('a\\r\\nb', end='')\n")
     done = subprocess.run([sys.executable, "-m", "mirrorfit.launch", "--nproc", "2",
-                           str(script)], env=_env(), capture_output=True, timeout=60, cwd=ROOT)
+                           str(script)], env=_env(), capture_output=True, timeout=60, cwd=ROOT,
+                          check=False)
     assert done.returncode == 0
     for rank in (0, 1):
         assert (f"\r[{rank}]  10%|#  |\r[{rank}]  50%|## |\r[{rank}] 100%|###|\n".encode()

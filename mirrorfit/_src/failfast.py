@@ -28,6 +28,7 @@ raised in its last lines).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import sys
@@ -59,6 +60,13 @@ class _Watch:
         self.thread = threading.Thread(target=self._watch, name="mirrorfit-failfast",
                                        daemon=True)
 
+    def _failure(self) -> str | None:
+        """The failure record ``"<process id> <exit code>"``, or None if no process failed."""
+        try:
+            return self.client.key_value_try_get(_FAILED_KEY)
+        except Exception:  # noqa: BLE001 - NOT_FOUND; the runtime raises one error type
+            return None
+
     def _leave(self, code: int, acks_needed: int = 0) -> None:
         """Exits with ``code``; process 0 first waits for ``acks_needed`` peers to stop.
 
@@ -84,10 +92,7 @@ class _Watch:
     def excepthook(self, exc_type, exc, tb) -> None:
         """Prints the traceback, tells the other processes, and leaves without the barrier."""
         self.stopped.set()
-        try:
-            peer = self.client.key_value_try_get(_FAILED_KEY)
-        except Exception:  # noqa: BLE001 - NOT_FOUND: no process failed before this one
-            peer = None
+        peer = self._failure()
         if peer is not None:  # this error is the echo of a peer's failure (a closed socket)
             self._peer_failed(peer, f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}"
                               if str(exc) else "")
@@ -99,10 +104,8 @@ class _Watch:
                   f"Python traceback (killed, out of memory, or a crash); see its output.",
                   file=sys.stderr, flush=True)
         code = 130 if issubclass(exc_type, KeyboardInterrupt) else 1
-        try:
+        with contextlib.suppress(Exception):  # another process failed first, or no service
             self.client.key_value_set(_FAILED_KEY, f"{self.process_id} {code}")
-        except Exception:  # noqa: BLE001 - another process failed first, or no service
-            pass
         # A lost peer is dead and never acknowledges: waiting for it would only let the
         # heartbeat timeout abort this process.
         self._leave(code, acks_needed=self.num_processes - 1 - lost_peer)
@@ -113,21 +116,17 @@ class _Watch:
               f"traceback); stopping process {self.process_id} with exit code "
               f"{PEER_FAILED_EXIT_CODE}.{detail}", file=sys.stderr, flush=True)
         if self.process_id != 0:
-            try:
+            with contextlib.suppress(Exception):  # best effort: process 0 waits ACK_SECONDS
                 self.client.key_value_set(f"{_STOPPED_DIR}{self.process_id}", "1")
-            except Exception:  # noqa: BLE001 - best effort: process 0 waits ACK_SECONDS at most
-                pass
         self._leave(PEER_FAILED_EXIT_CODE, acks_needed=self.num_processes - 2)
 
     def _watch(self) -> None:
         while not self.stopped.wait(POLL_SECONDS):
-            try:
-                value = self.client.key_value_try_get(_FAILED_KEY)
-            except Exception:  # noqa: BLE001 - NOT_FOUND: no process has failed
-                continue
-            if not self.stopped.is_set():
-                self._peer_failed(value)
-            return
+            failure = self._failure()
+            if failure is not None:
+                if not self.stopped.is_set():
+                    self._peer_failed(failure)
+                return
 
     def at_exit(self) -> None:
         """A normal exit: waits until every process is exiting, leaving at once if one fails.
@@ -147,11 +146,12 @@ class _Watch:
             try:
                 if len(self.client.key_value_dir_get(_EXITING_DIR)) >= self.num_processes:
                     return
-                failed = self.client.key_value_try_get(_FAILED_KEY)
-            except Exception:  # noqa: BLE001 - NOT_FOUND: nobody failed; keep waiting
-                time.sleep(POLL_SECONDS / 5)
-                continue
-            self._peer_failed(failed)
+            except Exception:  # noqa: BLE001 - the service is gone: nothing to wait for
+                return
+            failure = self._failure()
+            if failure is not None:
+                self._peer_failed(failure)
+            time.sleep(POLL_SECONDS / 5)
 
 
 _installed: _Watch | None = None
