@@ -289,4 +289,9 @@ def test_gloo_connection_lines_are_dropped_even_when_interleaved():
     assert _without_gloo(b"[Gloo] Rank 0 " + message) == b""
     assert _without_gloo(b"[Gloo] Rank [Gloo] Rank 2 " + message) == b""  # two threads
     assert _without_gloo(b"3 " + message) == b""  # the rest of the second thread's line
+    assert _without_gloo(b"0 is connected to ") == b""  # a message split over two lines
+    assert _without_gloo(b"3 peer ranks. Expected number of connected peer ranks is : 3") == b""
+    assert _without_gloo(b"1303 peer ranks.Expected number of connected peer ranks is : 33") \
+        == b""  # pieces of two messages, with the numbers interleaved
     assert _without_gloo(b"Epoch 1/3 - loss: 0.5") == b"Epoch 1/3 - loss: 0.5\n"
+    assert _without_gloo(b"[Gloo] Rank 1 epoch 2") == b"1 epoch 2\n"  # user text is kept

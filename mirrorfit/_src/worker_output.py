@@ -12,20 +12,28 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import select
 import sys
 import threading
 
-_PREFIX = re.compile(rb"\[Gloo\] Rank ")
-_MESSAGE = re.compile(rb"\d+ is connected to \d+ peer ranks\. Expected number of connected "
-                      rb"peer ranks is : \d+")
+_QUIET_SECONDS = 0.05  # an unfinished line is shown after this long without output
+# The pieces gloo's message is written in; threads interleave them, with the numbers.
+_PIECES = re.compile(rb"\[Gloo\] Rank |\s*Expected number of connected peer ranks is :\s*|"
+                     rb"\s*is connected to\s*|\s*peer ranks\.\s*")
+_NUMBERS = re.compile(rb"[\d\s]*")
 
 
 def _without_gloo(line: bytes) -> bytes:
-    """``line`` (no newline) minus gloo's message and its fragments; b"" if nothing is left."""
-    if b"Gloo" not in line and b"is connected to" not in line:
+    """``line`` (no newline) minus gloo's message and its pieces; b"" if nothing is left."""
+    rest, found = _PIECES.subn(b"", line)
+    if not found:
         return line + b"\n"
-    rest = _MESSAGE.sub(b"", _PREFIX.sub(b"", line))
-    return b"" if not rest.strip() else rest + b"\n"
+    return b"" if _NUMBERS.fullmatch(rest) else rest + b"\n"
+
+
+def _may_be_gloo(partial: bytes) -> bool:
+    """Whether an unfinished line may still turn out to be (part of) gloo's message."""
+    return bool(_PIECES.search(partial) or _NUMBERS.fullmatch(partial))
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -46,13 +54,19 @@ class _Relay:
         self.thread.start()
 
     def _copy(self) -> None:
-        pending = b""
-        while chunk := os.read(self.read_end, 1 << 16):
+        pending = b""  # an unfinished line
+        while True:
+            if (pending and not _may_be_gloo(pending) and
+                    not select.select([self.read_end], [], [], _QUIET_SECONDS)[0]):
+                # A prompt or a redrawn line: show it once the writer pauses.
+                _write_all(self.target, pending)
+                pending = b""
+                continue
+            chunk = os.read(self.read_end, 1 << 16)
+            if not chunk:
+                break
             *lines, pending = (pending + chunk).split(b"\n")
-            out = b"".join(_without_gloo(line) for line in lines)
-            if pending and b"Gloo" not in pending and b"is connected" not in pending:
-                out, pending = out + pending, b""  # a prompt or a redrawn line: show it now
-            _write_all(self.target, out)
+            _write_all(self.target, b"".join(_without_gloo(line) for line in lines))
         if pending:
             _write_all(self.target, _without_gloo(pending).rstrip(b"\n"))
 
