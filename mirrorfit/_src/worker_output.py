@@ -24,11 +24,10 @@ _NUMBERS = re.compile(rb"[\d\s]*")
 
 
 def _without_gloo(line: bytes) -> bytes:
-    """``line`` (no newline) minus gloo's message and its pieces; b"" if nothing is left."""
+    """b"" if ``line`` (no newline) holds only gloo's message pieces and numbers, else
+    ``line`` unchanged, with its newline."""
     rest, found = _PIECES.subn(b"", line)
-    if not found:
-        return line + b"\n"
-    return b"" if _NUMBERS.fullmatch(rest) else rest + b"\n"
+    return b"" if found and _NUMBERS.fullmatch(rest) else line + b"\n"
 
 
 def _may_be_gloo(partial: bytes) -> bool:
