@@ -13,7 +13,8 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import mirrorfit as mf
-from mirrorfit._src.batch import Batch
+from mirrorfit._src import data_adapters
+from mirrorfit._src.batch import place_batches
 from test_resume import _backup_steps, _finish, _result, _start
 
 LSO = mf.optimizers.LossScaleOptimizer
@@ -82,10 +83,13 @@ def test_bf16_policy_trains_digits_mlp_to_095_test_accuracy():
     assert accuracy >= 0.95
 
 
-def _placed(model, x, y):
-    batch = Batch(x, y, None, np.ones(len(y), bool))
-    return model.strategy.replicate_arrays(jnp.zeros(model.trainer._layout.size)), \
-        jax.device_put(batch, model.strategy.replicated_sharding)
+def _compiled_train_step(model, x, y, batch_size):
+    """The HLO text of ``model``'s compiled train step (after a fit) for batches of x, y."""
+    data = data_adapters.get_data_adapter(x, y, batch_size=batch_size,
+                                          num_replicas=model.strategy.num_replicas_in_sync)
+    batch = next(place_batches(data.batches(0), model.strategy))
+    statistics = model.trainer._fresh_statistics(model.state, batch)
+    return model.trainer.train_fn.lower(model.state, statistics, batch)
 
 
 def test_bf16_policy_keeps_float32_state_and_computes_matmuls_in_bf16():
@@ -96,8 +100,7 @@ def test_bf16_policy_keeps_float32_state_and_computes_matmuls_in_bf16():
     floats = [leaf for leaf in jax.tree.leaves((state.params, state.model_state, state.opt_state))
               if jnp.issubdtype(leaf.dtype, jnp.floating)]
     assert floats and all(leaf.dtype == jnp.float32 for leaf in floats)  # BatchNorm stats too
-    statistics, batch = _placed(model, x[:32], y[:32])
-    hlo = model.trainer.train_fn.lower(state, statistics, batch).as_text()
+    hlo = _compiled_train_step(model, x, y, 32).as_text()
     dots = [line for line in hlo.splitlines() if "dot_general" in line]
     # forward of both Dense layers, then both kernel gradients and the hidden activation's
     # gradient: all five on bf16 operands with bf16 results
@@ -193,6 +196,14 @@ def test_overflow_on_one_replica_skips_that_step_everywhere_and_halves_the_scale
                         jax.tree.leaves((new.params, new.opt_state.inner_state))):
             np.testing.assert_array_equal(a, b)  # params and Adam's state, count included
     assert not np.array_equal(recorder.states[3][0].params["kernel"], before[0].params["kernel"])
+    # The finite flags travel in the step's one all-reduce: an operand per gradient leaf and
+    # one for all statistics, as without loss scaling.
+    if n > 1:
+        hlo = _compiled_train_step(model, x, y, rows).compile().as_text()
+        all_reduces = [line for line in hlo.splitlines() if " all-reduce(" in line]
+        assert len(all_reduces) == 1
+        operands = all_reduces[0].split(" all-reduce(")[1].split(")")[0].split(", ")
+        assert len(operands) == len(jax.tree.leaves(model.params)) + 1
 
 
 def test_loss_scale_is_logged_for_training_only():
