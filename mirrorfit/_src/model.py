@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from mirrorfit._src import data_adapters
 from mirrorfit._src import input_spec
+from mirrorfit._src import mixed_precision
 from mirrorfit._src.callbacks import Callback, History
 from mirrorfit._src.checks import is_int, positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
@@ -39,19 +40,24 @@ class Model(ModelVariables):
             otherwise on the first batch.
         input_dtype: dtype of the example input used to create the params.
         seed: seeds param init, dropout (per step and replica) and shuffling.
+        dtype_policy: a `mirrorfit.mixed_precision.Policy` or its name (e.g.
+            ``"mixed_bfloat16"``); ``None``: the global policy
+            (`mirrorfit.mixed_precision.global_policy`) at construction.
 
     Params are created replicated (``NamedSharding(mesh, P())``) on the devices of the
     strategy active at construction (`mirrorfit.get_strategy`).
 
     Raises:
         TypeError: if ``module`` is not a Flax module, or ``seed`` is not an int.
+        ValueError: for an unknown policy name.
     """
 
     def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
-                 seed: int = 0):
+                 seed: int = 0, dtype_policy: str | mixed_precision.Policy | None = None):
         if not is_int(seed):
             raise TypeError(f"seed must be an int. Received: seed={seed!r}")
-        self._adapter = adapt(module)
+        self.dtype_policy = mixed_precision.get(dtype_policy)
+        self._adapter = mixed_precision.with_policy(adapt(module), self.dtype_policy)
         self.module = module
         self._strategy = get_strategy()
         warn_if_outside_scope()
@@ -154,7 +160,7 @@ class Model(ModelVariables):
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
-                steps_per_execution: int = 1) -> None:
+                steps_per_execution: int = 1, auto_scale_loss: bool = True) -> None:
         """Configures training, as ``keras.Model.compile``.
 
         Args:
@@ -172,13 +178,17 @@ class Model(ModelVariables):
             weighted_metrics: as ``metrics``, also weighted by ``sample_weight``.
             steps_per_execution: train steps fused into one device call (``lax.scan`` over
                 ``K`` global batches). Callbacks see the values at the end of each group.
+            auto_scale_loss: under the ``"mixed_float16"`` policy, wrap the optimizer in a
+                `mirrorfit.optimizers.LossScaleOptimizer` (as Keras' ``compile``).
 
         Raises:
             ValueError: for an unknown name or a non-positive ``steps_per_execution``.
             TypeError: for arguments of the wrong type.
         """
-        config = step_config(self._adapter, optimizer, loss, metrics,
-                             loss_weights=loss_weights, weighted_metrics=weighted_metrics)
+        config = step_config(
+            self._adapter, optimizer, loss, metrics, loss_weights=loss_weights,
+            weighted_metrics=weighted_metrics,
+            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
