@@ -261,6 +261,9 @@ class Model(ModelVariables):
             train, validation_split=validation_split, validation_data=validation_data,
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
             validation_steps=validation_steps, validation_batch_size=validation_batch_size)
+        if validation is not None:
+            input_spec.check_matches(self._input_spec, validation.first_inputs(),
+                                     "validation_data")
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)

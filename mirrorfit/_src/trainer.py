@@ -223,8 +223,9 @@ class Trainer:
                     callback_list.on_epoch_begin(epoch)
                     logs, done = self._train_epoch(model, train, epoch, callback_list,
                                                    batches, batch, point)
-                if train.steps is None and callback_list.params["steps"] is None:
-                    callback_list.params["steps"] = done  # learned: later bars have a total
+                if train.steps is None and history.params["steps"] is None:
+                    history.params["steps"] = done  # learned (params are shared by every
+                    #                                 callback): later bars have a total
                 elif train.steps is not None and done < train.steps and not model.stop_training:
                     warnings.warn(RAN_OUT_OF_DATA, MirrorfitWarning, stacklevel=3)
                     model.stop_training = True

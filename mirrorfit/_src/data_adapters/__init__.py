@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from mirrorfit._src.checks import positive_int
 from mirrorfit._src.data_adapters.array_data_adapter import ArrayDataAdapter, is_array_input
 from mirrorfit._src.data_adapters.class_weight import check_class_weight
@@ -53,8 +55,10 @@ def raise_unsupported_arg(name: str, value: Any, kind: str) -> None:
     Raises:
         ValueError: always, naming ``name``, why it does not apply and what to do.
     """
+    shown = (f"an array of shape {np.shape(value)}" if hasattr(value, "shape")
+             else repr(value)[:80])
     raise ValueError(f"{name} does not apply when x is a {kind}: {_WHY[name]}. Received: "
-                     f"{name}={value!r}")
+                     f"{name}={shown}")
 
 
 def check_batch_size(batch_size: Any) -> int:
@@ -216,6 +220,10 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
     if _is_xy_tuple(validation_data):
         x_val, y_val, *rest = validation_data
         weight = rest[0] if rest else None
+    if is_array_input(x_val) and y_val is None:
+        raise ValueError("validation_data must be a tuple (x_val, y_val) or (x_val, y_val, "
+                         "sample_weight), or a source of (x, y) batches. Received: "
+                         "validation_data with inputs and no targets")
     if not is_array_input(x_val):
         val_batch = validation_batch_size  # only an explicit one is an error
     return train, get_data_adapter(x_val, y_val, weight, batch_size=val_batch,
