@@ -28,7 +28,7 @@ FINGERPRINT_ROWS = 8
 
 def is_pandas(x: Any) -> bool:
     """Whether ``x`` is a pandas ``DataFrame`` or ``Series`` (without importing pandas)."""
-    return type(x).__module__.startswith("pandas.") and hasattr(x, "to_numpy")
+    return type(x).__module__.split(".")[0] == "pandas" and hasattr(x, "to_numpy")
 
 
 def _is_array(x: Any) -> bool:

@@ -100,7 +100,8 @@ class IterableDataAdapter:
         if self._peeked is not None:
             (item, rest), self._peeked = self._peeked, None
             if self._iterator is not None or (epoch, start_step) == (0, 0):
-                return itertools.islice(itertools.chain([item], rest), start_step, None)
+                return itertools.islice(_prepend(item, rest), start_step, None)
+            _close(rest)
         if self._items is not None:
             return self._items(epoch, start_step)
         iterator = self._iterator if self._iterator is not None else iter(self._data)
@@ -133,14 +134,19 @@ class IterableDataAdapter:
         `ArrayDataAdapter.batches`). Yields nothing if the source has run dry."""
         pending, step = [], start_step
         self.steps_seen = step
-        for item in self._epoch_items(epoch, start_step):
-            pending.append(self._pad(*self._unpack(item)))
-            step = self.steps_seen = step + 1
-            if len(pending) == group:
-                yield stack(pending)
-                pending = []
-            if self.steps is not None and step >= self.steps:
-                break
+        items = self._epoch_items(epoch, start_step)
+        try:
+            for item in items:
+                pending.append(self._pad(*self._unpack(item)))
+                step = self.steps_seen = step + 1
+                if len(pending) == group:
+                    yield stack(pending)
+                    pending = []
+                if self.steps is not None and step >= self.steps:
+                    break
+        finally:
+            if self._iterator is None:  # never close the user's one-shot iterator
+                _close(items)
         if pending:
             last = pending[-1]
             filler = last._replace(
@@ -168,3 +174,18 @@ class IterableDataAdapter:
                                      target) * mask
         return Batch(pad_rows(x, rows, target), None if y is None else pad_rows(y, rows, target),
                      sample_weight, mask)
+
+
+def _prepend(item: Any, rest: Iterator) -> Iterator:
+    """``item`` then ``rest``; closing it closes ``rest`` (runs an epoch's end hooks)."""
+    try:
+        yield item
+        yield from rest
+    finally:
+        _close(rest)
+
+
+def _close(iterator: Any) -> None:
+    close = getattr(iterator, "close", None)
+    if callable(close):
+        close()

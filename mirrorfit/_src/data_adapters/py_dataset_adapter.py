@@ -111,8 +111,10 @@ def py_dataset_adapter(dataset: PyDataset, *, shuffle: bool, seed: int, steps: i
         else:
             order = range(start_step, size)
         dataset.on_epoch_begin()
-        yield from _load(dataset, iter(order))
-        dataset.on_epoch_end()
+        try:
+            yield from _load(dataset, iter(order))
+        finally:  # also when the epoch stops at steps_per_epoch
+            dataset.on_epoch_end()
 
     return IterableDataAdapter(dataset, steps_per_epoch=steps if size is None else min(
         size, steps or size), num_replicas=num_replicas, with_targets=with_targets,
