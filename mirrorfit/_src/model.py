@@ -193,12 +193,14 @@ class Model(ModelVariables):
                              " Received: an uncompiled model")
 
     def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *, shuffle=False,
-                     steps=None, with_targets=True, steps_name="steps", **kwargs):
+                     steps=None, with_targets=True, steps_name="steps", check=True,
+                     **kwargs):
         data = data_adapters.get_data_adapter(
             x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, steps=steps,
             num_replicas=self._strategy.num_replicas_in_sync, seed=self.seed,
             with_targets=with_targets, steps_name=steps_name, **kwargs)
-        self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
+        if check:  # fit checks them with its other settings, in one all-gather
+            self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
         return data
 
@@ -256,7 +258,7 @@ class Model(ModelVariables):
         num_replicas = self._strategy.num_replicas_in_sync
         train = self._adapter_for(x, y, sample_weight, batch_size, shuffle=shuffle,
                                   steps=steps_per_epoch, steps_name="steps_per_epoch",
-                                  class_weight=class_weight)
+                                  class_weight=class_weight, check=False)
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split, validation_data=validation_data,
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,

@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.checks import MirrorfitWarning
+from mirrorfit._src.data_adapters import input_fingerprint
 from mirrorfit._src import steps as steps_lib
 from mirrorfit._src.batch import Batch, place_batches
 from mirrorfit._src.callbacks import Callback, CallbackList, History, LazyLogs
@@ -198,7 +199,7 @@ class Trainer:
         # Several processes: fail fast, before any collective, unless all train alike.
         self.strategy.check_same_across_processes({
             "global batch_size": getattr(train, "batch_size", None),
-            "steps per epoch": train.steps, "epochs": epochs,
+            "steps per epoch": train.steps, "epochs": epochs, **input_fingerprint(train),
             "input shapes": model.input_spec,
             "param shapes": jax.tree.map(lambda a: tuple(a.shape), model.params)})
         history = History()
