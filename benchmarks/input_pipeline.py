@@ -93,12 +93,12 @@ def run_case(case: str, images, labels, batch: int, repeats: int) -> dict:
     epochs = repeats + 1
     if case == "arrays":
         x = crop_and_flip(images, np.random.default_rng(1))
-        fit_args = dict(x=x, y=labels, batch_size=batch, shuffle=False)
+        fit_args = {"x": x, "y": labels, "batch_size": batch, "shuffle": False}
     elif case.startswith("generator"):
         model.trainer.prefetch = case == "generator_prefetch"
-        fit_args = dict(x=generator(images, labels, batch, epochs), steps_per_epoch=steps)
+        fit_args = {"x": generator(images, labels, batch, epochs), "steps_per_epoch": steps}
     else:
-        fit_args = dict(x=grain_loader(images, labels, batch))  # re-iterated every epoch
+        fit_args = {"x": grain_loader(images, labels, batch)}  # re-iterated every epoch
     timer = EpochTimer()
     model.fit(epochs=epochs, verbose=0, callbacks=[timer], **fit_args)
     rates = [len(images) / seconds for seconds in timer.seconds[1:]]  # epoch 0 compiles

@@ -4,10 +4,10 @@ import itertools
 
 import numpy as np
 import pytest
+from data_adapter_helpers import BATCH, RecordSteps, X, Y, batches, make_model
 
 import mirrorfit as mf
 from mirrorfit._src.checks import MirrorfitWarning
-from data_adapter_helpers import BATCH, X, Y, RecordSteps, batches, make_model
 
 RAN_OUT = "Your input ran out of data; interrupting training"
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from data_adapter_helpers import BATCH, X, Y, batches
 
 import mirrorfit as mf
 from mirrorfit._src import data_adapters
-from data_adapter_helpers import BATCH, X, Y, batches
 
 
 class OneBatch(mf.utils.PyDataset):

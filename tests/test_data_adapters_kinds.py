@@ -10,10 +10,18 @@ import math
 
 import numpy as np
 import pytest
+from data_adapter_helpers import (
+    BATCH,
+    ROWS,
+    X,
+    Y,
+    batches,
+    count_step_compiles,
+    make_model,
+)
 
 import mirrorfit as mf
 from mirrorfit._src import data_adapters
-from data_adapter_helpers import BATCH, ROWS, X, Y, batches, count_step_compiles, make_model
 
 EPOCHS = 2
 

@@ -7,9 +7,9 @@ import traceback
 
 import numpy as np
 import pytest
+from data_adapter_helpers import BATCH, X, Y, batches, make_model
 
 from mirrorfit._src import prefetch as prefetch_lib
-from data_adapter_helpers import BATCH, X, Y, batches, make_model
 
 
 def test_prefetcher_yields_in_order_and_runs_at_most_depth_ahead():

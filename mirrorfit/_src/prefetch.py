@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 DEPTH = 2
 """Placed batches kept ready ahead of the step."""
@@ -77,10 +77,10 @@ class Prefetcher(Iterator[Any]):
         self._stop.set()
         self._thread.join()
 
-    def __enter__(self) -> Prefetcher:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

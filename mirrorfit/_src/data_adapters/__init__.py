@@ -23,15 +23,28 @@ from typing import Any
 import numpy as np
 
 from mirrorfit._src.checks import positive_int
-from mirrorfit._src.data_adapters.array_data_adapter import ArrayDataAdapter, is_array_input
+from mirrorfit._src.data_adapters.array_data_adapter import (
+    ArrayDataAdapter,
+    is_array_input,
+)
 from mirrorfit._src.data_adapters.class_weight import check_class_weight
-from mirrorfit._src.data_adapters.grain_dataset_adapter import (grain_dataset_adapter,
-                                                                 is_grain_dataset)
+from mirrorfit._src.data_adapters.grain_dataset_adapter import (
+    grain_dataset_adapter,
+    is_grain_dataset,
+)
 from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
-from mirrorfit._src.data_adapters.py_dataset_adapter import PyDataset, py_dataset_adapter
-from mirrorfit._src.data_adapters.tf_dataset_adapter import is_tf_dataset, tf_dataset_adapter
-from mirrorfit._src.data_adapters.torch_data_loader_adapter import (is_torch_dataloader,
-                                                                     torch_data_loader_adapter)
+from mirrorfit._src.data_adapters.py_dataset_adapter import (
+    PyDataset,
+    py_dataset_adapter,
+)
+from mirrorfit._src.data_adapters.tf_dataset_adapter import (
+    is_tf_dataset,
+    tf_dataset_adapter,
+)
+from mirrorfit._src.data_adapters.torch_data_loader_adapter import (
+    is_torch_dataloader,
+    torch_data_loader_adapter,
+)
 
 DEFAULT_BATCH_SIZE = 32
 """Keras' default global batch size."""
@@ -233,8 +246,8 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
 
 
 __all__ = [
-    "ArrayDataAdapter",
     "DEFAULT_BATCH_SIZE",
+    "ArrayDataAdapter",
     "DataAdapter",
     "IterableDataAdapter",
     "PyDataset",

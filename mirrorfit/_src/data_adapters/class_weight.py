@@ -18,8 +18,8 @@ def check_class_weight(class_weight: Any) -> dict[int, float] | None:
     """Validates ``class_weight`` as ``{int class: float weight}`` (``None`` passes).
 
     Raises:
-        TypeError: if it is not a mapping.
-        ValueError: for a key that is not an integer class index or a non-numeric weight.
+        TypeError: if it is not a mapping, or a key is not an integer class index.
+        ValueError: for a non-numeric weight.
     """
     if class_weight is None:
         return None
@@ -29,7 +29,7 @@ def check_class_weight(class_weight: Any) -> dict[int, float] | None:
     clean = {}
     for key, value in class_weight.items():
         if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
-            raise ValueError("class_weight keys must be integer class indices (the label, or "
+            raise TypeError("class_weight keys must be integer class indices (the label, or "
                              f"the argmax of a one-hot label). Received: key {key!r} in "
                              f"class_weight={class_weight!r}")
         try:
@@ -52,10 +52,11 @@ def class_weights_to_sample_weights(y: Any, class_weight: Mapping[int, float]) -
         float32 ``[batch]``.
 
     Raises:
-        ValueError: if ``y`` is not a single array (several outputs), or is a scalar.
+        TypeError: if ``y`` is not a single array (several outputs).
+        ValueError: if ``y`` is a scalar or has more than two dimensions.
     """
     if isinstance(y, (dict, tuple, list)):
-        raise ValueError("class_weight is only supported for models with a single output "
+        raise TypeError("class_weight is only supported for models with a single output "
                          f"(one target array). Received: y of type {type(y).__name__}")
     labels = np.asarray(y)
     if labels.ndim == 0:
