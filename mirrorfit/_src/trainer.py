@@ -1,11 +1,14 @@
 """The trainer: fit/evaluate/predict loops, callbacks and progress, over compiled steps.
 
-It owns the host side of training. Every loop places the next batch on the devices while
-the current step runs, compiles its step through `compile_per_replica` (the one compile
+It owns the host side of training. Every loop places the next batches on the devices while
+the current step runs (on a background thread, `mirrorfit._src.prefetch`), compiles its step through `compile_per_replica` (the one compile
 path ``strategy.run`` uses too), and pushes each step's outputs to an `InFlight` bound, so at
 most two steps are queued: on the CPU backend with several devices, XLA's in-process
 all-reduce deadlocks when many collective executions are queued ("Termination timeout for
 all reduce").
+
+A source of unknown length ends an epoch when exhausted; one that runs dry before ``fit``
+is done warns as Keras (`RAN_OUT_OF_DATA`) and stops training.
 
 Metric statistics accumulate on the devices; the host reads them only when they are shown
 (a progress-bar refresh, an epoch end). After every step the model's state is the newest

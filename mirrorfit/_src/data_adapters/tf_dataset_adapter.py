@@ -17,10 +17,9 @@ UNKNOWN_CARDINALITY = -2  # tf.data.UNKNOWN_CARDINALITY
 
 
 def is_tf_dataset(x: Any) -> bool:
-    """Whether ``x`` is a ``tf.data.Dataset`` (or a tf.distribute distributed dataset)."""
-    return any(cls.__name__ in ("DatasetV2", "DistributedDataset",
-                                "DistributedDatasetsFromFunction")
-               and "tensorflow.python." in cls.__module__ for cls in type(x).__mro__)
+    """Whether ``x`` is a ``tf.data.Dataset``."""
+    return any(cls.__name__ == "DatasetV2" and "tensorflow.python." in cls.__module__
+               for cls in type(x).__mro__)
 
 
 def tf_dataset_adapter(dataset: Any, *, steps: int | None, num_replicas: int,
