@@ -138,7 +138,7 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
             x, y if with_targets else None, sample_weight,
             batch_size=positive_int(batch_size, batch_size_name) if batch_size is not None
             else DEFAULT_BATCH_SIZE, num_replicas=num_replicas,
-            shuffle=shuffle is not False, seed=seed, class_weight=class_weight)
+            shuffle=shuffle is None or bool(shuffle), seed=seed, class_weight=class_weight)
         if steps is not None:
             data.steps = min(data.steps, steps)
         return data
@@ -160,7 +160,7 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
             raise_unsupported_arg(name, value, kind)
     common = {"steps": steps, "num_replicas": num_replicas, "with_targets": with_targets}
     if kind == "PyDataset":
-        return py_dataset_adapter(x, shuffle=shuffle is not False, seed=seed,
+        return py_dataset_adapter(x, shuffle=shuffle is None or bool(shuffle), seed=seed,
                                   class_weight=class_weight, **common)
     if kind == "tf.data.Dataset":
         return tf_dataset_adapter(x, class_weight=class_weight, **common)
