@@ -158,12 +158,14 @@ def test_restart_after_worker_killed_resumes_and_matches_uninterrupted(killed, j
 
 
 def test_mismatched_batch_size_and_model_fail_fast_naming_them(tmp_path):
-    code, output, seconds = _launch(tmp_path, "--batch", "16,32", "--hidden", "16,8")
+    code, output, seconds = _launch(tmp_path, "--batch", "16,32", "--hidden", "16,8",
+                                    "--data-seed", "0,1")
     assert code == 1
     assert seconds < 60
     assert "differ in" in output
     assert "global batch_size: this process" in output
     assert "param shapes: this process" in output
+    assert "input x: this process" in output  # the input fingerprint differs too
     assert not list(tmp_path.glob("result-*.npz"))
 
 

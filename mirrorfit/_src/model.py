@@ -213,26 +213,32 @@ class Model(ModelVariables):
                              " Received: an uncompiled model")
 
     def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *, shuffle=False,
-                     steps=None, with_targets=True):
+                     steps=None, with_targets=True, steps_name="steps", check=True,
+                     **kwargs):
         data = data_adapters.get_data_adapter(
             x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, steps=steps,
             num_replicas=self._strategy.num_replicas_in_sync, seed=self.seed,
-            with_targets=with_targets)
-        if isinstance(data, data_adapters.ArrayDataAdapter):
-            self._check_input(data.x)
+            with_targets=with_targets, steps_name=steps_name, **kwargs)
+        if check:  # fit checks them with its other settings, in one all-gather
+            self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
+        self._check_input(data.first_inputs())
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
             verbose: str | int = "auto", callbacks: Sequence[Callback] | None = None,
-            validation_split: float = 0.0, validation_data: Any = None, shuffle: bool = True,
+            validation_split: float = 0.0, validation_data: Any = None,
+            shuffle: bool | None = None, class_weight: dict[int, float] | None = None,
             sample_weight: Any = None, initial_epoch: int = 0,
-            steps_per_epoch: int | None = None, validation_freq: int = 1) -> History:
+            steps_per_epoch: int | None = None, validation_steps: int | None = None,
+            validation_batch_size: int | None = None, validation_freq: int = 1) -> History:
         """Trains for ``epochs`` epochs with synchronous data parallelism, as ``keras.Model.fit``.
 
         Args:
-            x: inputs ``[num_examples, ...]`` (array, dict or tuple of arrays), or an iterable
-                of global batches ``(x, y)`` / ``(x, y, sample_weight)``.
-            y: targets ``[num_examples, ...]``; ``None`` when ``x`` is an iterable.
+            x: inputs ``[num_examples, ...]`` (array, pandas, dict or tuple of arrays), or a
+                source of global batches ``(x, y)`` / ``(x, y, sample_weight)``: a generator
+                or iterable, `mirrorfit.utils.PyDataset`, ``tf.data``, grain or torch
+                ``DataLoader`` (README "Feeding data").
+            y: targets ``[num_examples, ...]``; ``None`` when ``x`` yields batches.
             batch_size: the **global** batch (rows per step over all replicas); default 32.
                 A size that does not divide by the replica count is padded and masked.
             epochs: index of the last epoch (epochs run from ``initial_epoch``).
@@ -240,11 +246,19 @@ class Model(ModelVariables):
             callbacks: list of `mirrorfit.callbacks.Callback`.
             validation_split: fraction in [0, 1) of the rows, taken from the end before
                 shuffling, evaluated after each epoch.
-            validation_data: ``(x_val, y_val)`` or ``(x_val, y_val, sample_weight)``.
-            shuffle: reshuffle the rows every epoch (arrays only).
+            validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight)`` or any
+                source of batches ``x`` may be.
+            shuffle: reshuffle the rows (arrays) or the batch order (`PyDataset`) every
+                epoch; ``None``: ``True`` for those, and an error for other sources.
+            class_weight: ``{class: weight}`` multiplying each example's weight by its
+                class's (the label, or the argmax of a one-hot label), as Keras.
             sample_weight: per-example weights ``[num_examples]``.
             initial_epoch: epoch to start from (for resuming).
-            steps_per_epoch: steps per epoch; required to bound an endless iterable.
+            steps_per_epoch: steps per epoch; required to bound an endless source. A
+                source that runs dry earlier stops training with Keras' warning.
+            validation_steps: steps per validation (default: the whole validation data).
+            validation_batch_size: global batch of array validation data (default
+                ``batch_size``).
             validation_freq: validate every this many epochs.
 
         Returns:
@@ -262,20 +276,24 @@ class Model(ModelVariables):
         epochs = positive_int(epochs, "epochs")
         validation_freq = positive_int(validation_freq, "validation_freq")
         num_replicas = self._strategy.num_replicas_in_sync
-        train = self._adapter_for(x, y, sample_weight, batch_size, shuffle=bool(shuffle),
-                                  steps=steps_per_epoch)
+        train = self._adapter_for(x, y, sample_weight, batch_size, shuffle=shuffle,
+                                  steps=steps_per_epoch, steps_name="steps_per_epoch",
+                                  class_weight=class_weight, check=False)
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split, validation_data=validation_data,
-            batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch)
-        if isinstance(validation, data_adapters.ArrayDataAdapter):
-            self._check_input(validation.x, "validation_data")
+            batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
+            validation_steps=validation_steps, validation_batch_size=validation_batch_size)
+        if validation is not None:
+            input_spec.check_matches(self._input_spec, validation.first_inputs(),
+                                     "validation_data")
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)
 
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: str | int = "auto", sample_weight: Any = None,
-                 return_dict: bool = False, callbacks: Sequence[Callback] | None = None
+                 steps: int | None = None, return_dict: bool = False,
+                 callbacks: Sequence[Callback] | None = None
                  ) -> float | list[float] | dict[str, float]:
         """Loss and metrics over all examples, exact despite padding (``keras.Model.evaluate``).
 
@@ -283,6 +301,7 @@ class Model(ModelVariables):
             x, y, sample_weight: as in `fit`.
             batch_size: the **global** batch, default 32.
             verbose: ``"auto"``/1 progress bar, 0 silent.
+            steps: batches to evaluate (default: all of ``x``).
             return_dict: return ``{"loss": ..., metric: ...}`` instead of a list.
             callbacks: list of `mirrorfit.callbacks.Callback` (``on_test_*`` hooks).
 
@@ -295,7 +314,7 @@ class Model(ModelVariables):
         """
         self._require_compiled("evaluate")
         verbose = verbosity(verbose)
-        data = self._adapter_for(x, y, sample_weight, batch_size)
+        data = self._adapter_for(x, y, sample_weight, batch_size, steps=steps)
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         logs = self._trainer.evaluate(self, data, callback_list)
@@ -305,13 +324,14 @@ class Model(ModelVariables):
         return values[0] if len(values) == 1 else values
 
     def predict(self, x: Any, batch_size: int | None = None, verbose: str | int = "auto",
-                callbacks: Sequence[Callback] | None = None) -> Any:
+                steps: int | None = None, callbacks: Sequence[Callback] | None = None) -> Any:
         """Model outputs for every example, in input order (``keras.Model.predict``).
 
         Args:
             x: inputs ``[num_examples, ...]`` or an iterable of input batches.
             batch_size: the **global** batch, default 32.
             verbose: ``"auto"``/1 progress bar, 0 silent.
+            steps: batches to predict (default: all of ``x``).
             callbacks: list of `mirrorfit.callbacks.Callback` (``on_predict_*`` hooks).
 
         Returns:
@@ -323,7 +343,7 @@ class Model(ModelVariables):
             TypeError: for an argument of the wrong type.
         """
         verbose = verbosity(verbose)
-        data = self._adapter_for(x, batch_size=batch_size, with_targets=False)
+        data = self._adapter_for(x, batch_size=batch_size, steps=steps, with_targets=False)
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         return self._trainer.predict(self, data, callback_list)
