@@ -9,6 +9,7 @@ from mirrorfit import callbacks as callbacks
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import optimizers as optimizers
+from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
 from mirrorfit._src.distributed_input import InputContext as InputContext
@@ -50,5 +51,6 @@ __all__ = [
     "losses",
     "metrics",
     "optimizers",
+    "regularizers",
     "utils",
 ]

@@ -20,6 +20,8 @@ from mirrorfit._src import input_spec
 from mirrorfit._src.callbacks import Callback, History
 from mirrorfit._src.checks import is_int, positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
+from mirrorfit._src.model_calls import ModelCalls
+from mirrorfit._src.model_hooks import ModelHooks, overridden, step_hooks
 from mirrorfit._src.modules import adapt, sequential
 from mirrorfit._src.state import TrainState, create_state, require_state
 from mirrorfit._src.strategy import get_strategy, warn_if_outside_scope
@@ -27,7 +29,7 @@ from mirrorfit._src.trainer import Trainer
 from mirrorfit._src.weights import ModelVariables
 
 
-class Model(ModelVariables):
+class Model(ModelVariables, ModelCalls, ModelHooks):
     """A Flax module with Keras' ``compile``/``fit``/``evaluate``/``predict``, mirrored.
 
     Args:
@@ -170,7 +172,9 @@ class Model(ModelVariables):
             ValueError: for an unknown name or a non-positive ``steps_per_execution``.
             TypeError: for arguments of the wrong type.
         """
-        config = step_config(self._adapter, optimizer, loss, metrics)
+        config = step_config(self._adapter, optimizer, loss, metrics,
+                             require_loss=not overridden(self, "train_step"))
+        config = config._replace(hooks=step_hooks(self))
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
