@@ -12,6 +12,7 @@ from mirrorfit import optimizers as optimizers
 from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
+from mirrorfit._src.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
 from mirrorfit._src.model import Sequential as Sequential
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "History",
+    "apply_gradients",
     "InputContext",
     "Mirrored",
     "MirroredStrategy",

@@ -29,7 +29,7 @@ from mirrorfit._src.trainer import Trainer
 from mirrorfit._src.weights import ModelVariables
 
 
-class Model(ModelVariables, ModelCalls, ModelHooks):
+class Model(ModelHooks, ModelCalls, ModelVariables):
     """A Flax module with Keras' ``compile``/``fit``/``evaluate``/``predict``, mirrored.
 
     Args:

@@ -58,6 +58,19 @@ class ModelHooks:
     """The hooks' default implementations; mixed into `mirrorfit.Model`."""
 
     _sown: list[Any] | None = None  # values sown into "losses" by the newest forward pass
+    _traced_params: Any = None  # the params being differentiated, inside compute_loss
+
+    @property
+    def params(self) -> Any:
+        """The Flax ``"params"`` pytree (mirrored ``jax.Array`` s).
+
+        Inside ``compute_loss`` it is the params being differentiated (traced), as Keras'
+        ``trainable_variables`` in a stateless scope, so a penalty of ``self.params`` there
+        gets its gradient.
+        """
+        if self._traced_params is not None:
+            return self._traced_params
+        return super().params  # type: ignore[misc]
 
     @property
     def losses(self) -> list[jax.Array]:
@@ -69,12 +82,13 @@ class ModelHooks:
         return list(self._sown or [])
 
     @contextlib.contextmanager
-    def _forward_losses(self, losses: Any) -> Iterator[None]:
-        previous, self._sown = self._sown, loss_values(losses)
+    def _forward_losses(self, losses: Any, params: Any = None) -> Iterator[None]:
+        previous = self._sown, self._traced_params
+        self._sown, self._traced_params = loss_values(losses), params
         try:
             yield
         finally:
-            self._sown = previous
+            self._sown, self._traced_params = previous
 
     def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None,
                      sample_weight: jax.Array | None = None, training: bool = True
@@ -226,7 +240,7 @@ def _forward(model, params, state: TrainState, batch: Batch, training: bool):
     rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
     y_pred, model_state, losses = model._adapter.apply_with_losses(
         params, state.model_state, batch.x, train=training, rng=rng)
-    with model._forward_losses(losses):
+    with model._forward_losses(losses, params):
         loss = model.compute_loss(batch.x, batch.y, y_pred, batch.sample_weight, training)
     return jnp.asarray(loss, jnp.float32), (y_pred, model_state)
 
