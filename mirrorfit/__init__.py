@@ -12,6 +12,9 @@ from mirrorfit import optimizers as optimizers
 from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
+from mirrorfit._src.custom_checkpoint import Checkpoint as Checkpoint
+from mirrorfit._src.custom_checkpoint import CheckpointManager as CheckpointManager
+from mirrorfit._src.custom_checkpoint import latest_checkpoint as latest_checkpoint
 from mirrorfit._src.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
@@ -32,6 +35,8 @@ from mirrorfit._src.values import batch_mask as batch_mask
 __version__ = "0.1.0"
 
 __all__ = [
+    "Checkpoint",
+    "CheckpointManager",
     "History",
     "apply_gradients",
     "InputContext",
@@ -48,6 +53,7 @@ __all__ = [
     "compute_average_loss",
     "get_replica_context",
     "get_strategy",
+    "latest_checkpoint",
     "load_model",
     "scale_regularization_loss",
     "losses",
