@@ -177,3 +177,15 @@ def test_apply_gradients_all_reduces_inside_run(allclose):
     expected = 0.5 * 2 * data.mean(0)  # one SGD step on the global mean squared distance
     for replica in strategy.experimental_local_results(new):
         allclose(replica, expected, rtol=1e-6)
+
+
+def test_compute_loss_hook_with_steps_per_execution_matches_one_step_per_call(allclose):
+    runs = []
+    for steps_per_execution in (1, 2):  # 3 steps per epoch: the second group has a filler
+        model = _compiled(L2InComputeLoss, 8, nn.Dense(3), optimizer=mf.optimizers.SGD(0.1),
+                          loss="mse", steps_per_execution=steps_per_execution)
+        history = model.fit(X, Y, batch_size=5, epochs=2, verbose=0, shuffle=False)
+        runs.append((history.history["loss"], model.params, int(model.optimizer.iterations)))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
+    allclose(runs[1][1], runs[0][1], rtol=1e-6)
+    assert runs[0][2] == runs[1][2] == 6

@@ -41,9 +41,9 @@ def _mse(y_pred, y):
     return jnp.mean(jnp.mean((y_pred - y) ** 2, axis=-1))
 
 
-def _sgd_reference(model, loss_fn, steps, lr=0.1):
-    """Single-device full-batch SGD on ``loss_fn(params)`` from the model's initial params."""
-    params, grad = jax.device_get(model.params), jax.jit(jax.grad(loss_fn))
+def _sgd_reference(params, loss_fn, steps, lr=0.1):
+    """Single-device full-batch SGD on ``loss_fn(params)`` from ``params``."""
+    grad = jax.jit(jax.grad(loss_fn))
     for _ in range(steps):
         params = jax.tree.map(lambda p, g: p - lr * g, params, grad(params))
     return params
@@ -138,6 +138,7 @@ def test_apply_works_under_jit_and_grad(allclose):
     def loss(p):
         return _mse(model.apply(p, X), Y)
 
+    allclose(jax.jit(lambda x: model(x))(X), model(X), rtol=1e-6)  # callable under jit
     grads = jax.jit(jax.grad(loss))(params)
     kernel = params["kernel"]
     expected = 2.0 / (13 * 3) * X.T @ (X @ kernel + params["bias"] - Y)
@@ -150,17 +151,17 @@ def test_apply_works_under_jit_and_grad(allclose):
 @pytest.mark.parametrize("n", [1, 8])
 def test_sown_losses_count_once_per_step(n, allclose):
     model = _model(n, module=SowsL2())
+    initial = jax.device_get(model.params)
     history = model.fit(X, Y, batch_size=13, epochs=3, verbose=0, shuffle=False)
 
     def objective(p):
         return _mse(model.module.apply({"params": p}, X), Y) + L2_FACTOR * jnp.sum(
             p["Dense_0"]["kernel"] ** 2)
 
-    fresh = _model(1, module=SowsL2())
-    expected = _sgd_reference(fresh, objective, steps=3)
+    expected = _sgd_reference(initial, objective, steps=3)
     allclose(model.params, expected, rtol=RTOL, atol=ATOL)
     # the logged loss includes the penalty: loss of the params before the last step
-    before_last = _sgd_reference(fresh, objective, steps=2)
+    before_last = _sgd_reference(initial, objective, steps=2)
     assert history.history["loss"][-1] == pytest.approx(float(objective(before_last)), rel=1e-5)
 
 
@@ -201,9 +202,10 @@ def test_regularizers_match_keras_formulas_and_defaults():
 @pytest.mark.parametrize("n", [1, 8])
 def test_train_on_batch_pads_and_matches_single_device_sgd(n, allclose):
     model = _model(n)
+    initial = jax.device_get(model.params)
     for _ in range(2):
         loss = model.train_on_batch(X, Y)
-    expected = _sgd_reference(_model(1), lambda p: _mse(_model_apply(p), Y), steps=2)
+    expected = _sgd_reference(initial, lambda p: _mse(_model_apply(p), Y), steps=2)
     allclose(model.params, expected, rtol=RTOL, atol=ATOL)
     assert isinstance(loss, float)
     assert len(model.trainer._compiled) == 1  # one compiled train step for both calls
@@ -215,18 +217,18 @@ def _model_apply(params):
 
 def test_train_on_batch_class_weight_equals_sample_weight(allclose):
     weights = {0: 1.0, 1: 2.0, 2: 0.5}
-    by_class = _model(1, loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                      module=nn.Sequential([nn.Dense(3), nn.softmax]))
-    by_row = _model(1, loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                    module=nn.Sequential([nn.Dense(3), nn.softmax]))
-    logs = by_class.train_on_batch(X, LABELS, class_weight=weights, return_dict=True)
+    model = _model(1, loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                   module=nn.Sequential([nn.Dense(3), nn.softmax]))  # SGD: no optimizer state
+    initial = model.get_weights()
+    logs = model.train_on_batch(X, LABELS, class_weight=weights, return_dict=True)
+    by_class = jax.device_get(model.params)
+    model.set_weights(initial)
     row_weights = np.array([weights[c] for c in LABELS], np.float32)
-    assert logs == by_row.train_on_batch(X, LABELS, sample_weight=row_weights,
-                                         return_dict=True)
+    assert logs == model.train_on_batch(X, LABELS, sample_weight=row_weights, return_dict=True)
     assert set(logs) == {"loss", "accuracy"}
-    allclose(by_class.params, by_row.params, rtol=0)
+    allclose(model.params, by_class, rtol=0)
     with pytest.raises(ValueError, match="class_weight has no weight for classes"):
-        by_class.train_on_batch(X, LABELS, class_weight={0: 1.0})
+        model.train_on_batch(X, LABELS, class_weight={0: 1.0})
 
 
 @pytest.mark.parametrize("n", [1, 8])

@@ -207,8 +207,10 @@ def _local_step(model, cfg, state: TrainState, batch: Batch, kind: str, custom: 
         new_state, loss, y_pred = _update(model, state, batch)
     else:
         new_state, (loss, (y_pred, _)) = None, _forward(model, state.params, state, batch, False)
-    context = get_replica_context()
-    share = loss * lax.psum(count, BATCH_AXIS) / context.num_replicas_in_sync
+    global_count = lax.psum(count, BATCH_AXIS)
+    # A batch with no real rows (filler in a steps_per_execution group) has a 0/0 loss.
+    share = jnp.where(global_count > 0, loss * global_count, 0.0) / get_replica_context(
+        ).num_replicas_in_sync
     return new_state, steps_lib._statistics(
         cfg, batch.y, y_pred, jnp.zeros_like(batch.sample_weight), batch, share)
 
@@ -224,7 +226,7 @@ def _logs_statistics(logs: Any, count: jax.Array) -> dict:
         if value.ndim != 0:
             raise ValueError(f"Each log of train_step/test_step must be a scalar. Received: "
                              f"logs[{name!r}] with shape {value.shape}")
-        stats[name] = {"total": value * count, "count": count}
+        stats[name] = {"total": jnp.where(count > 0, value * count, 0.0), "count": count}
     return stats
 
 
