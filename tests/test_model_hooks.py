@@ -189,3 +189,30 @@ def test_compute_loss_hook_with_steps_per_execution_matches_one_step_per_call(al
     np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
     allclose(runs[1][1], runs[0][1], rtol=1e-6)
     assert runs[0][2] == runs[1][2] == 6
+
+
+class _Interrupt(mf.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if self.model.trainer.progress[:2] == (1, 2):  # epoch 1, after its second step
+            raise KeyboardInterrupt
+
+
+def test_gan_train_step_resumes_step_exactly_with_backup_and_restore(tmp_path, allclose):
+    real = (np.random.default_rng(1).normal(size=(48, 2)) + 3.0).astype(np.float32)
+    noise = np.random.default_rng(2).normal(size=(48, 2)).astype(np.float32)
+    whole = _gan(2)
+    expected = whole.fit(real, noise, batch_size=16, epochs=2, verbose=0, shuffle=False)
+    model = _gan(2)
+    backup = mf.callbacks.BackupAndRestore(tmp_path, save_freq=1)
+    with pytest.raises(KeyboardInterrupt):  # stops after step 2 of epoch 1
+        model.fit(real, noise, batch_size=16, epochs=2, verbose=0, shuffle=False,
+                  callbacks=[backup, _Interrupt()])
+    resumed, steps_run = _gan(2), []
+    counter = mf.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: steps_run.append(b))
+    history = resumed.fit(real, noise, batch_size=16, epochs=2, verbose=0, shuffle=False,
+                          callbacks=[mf.callbacks.BackupAndRestore(tmp_path, save_freq=1),
+                                     counter])
+    assert steps_run == [2]  # only the last step of epoch 1 ran again
+    allclose(resumed.params, whole.params, rtol=0)
+    assert history.history["d_loss"][-1] == expected.history["d_loss"][-1]
+    assert int(resumed.optimizer.iterations) == 6
