@@ -17,7 +17,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src import data_adapters
 from mirrorfit._src.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.optimizer_handle import OptimizerHandle
 from mirrorfit._src.sown_losses import loss_values
@@ -163,7 +162,7 @@ def _with_class_weight(y: Any, sample_weight: Any, class_weight: Mapping[int, fl
     if labels.ndim == 2 and labels.shape[1] > 1:
         labels = np.argmax(labels, axis=-1)
     labels = labels.reshape(labels.shape[0], -1)[:, 0].astype(np.int64)
-    missing = sorted(set(labels.tolist()) - set(int(k) for k in class_weight))
+    missing = sorted(set(labels.tolist()) - {int(k) for k in class_weight})
     if missing:
         raise ValueError(f"class_weight has no weight for classes {missing} found in y. "
                          f"Received: class_weight={dict(class_weight)!r}")

@@ -35,8 +35,12 @@ from jax.sharding import PartitionSpec as P
 from mirrorfit._src import steps as steps_lib
 from mirrorfit._src.batch import Batch
 from mirrorfit._src.mesh import BATCH_AXIS
-from mirrorfit._src.replica_context import (ReplicaContext, compute_average_loss,
-                                            get_replica_context, replica_context)
+from mirrorfit._src.replica_context import (
+    ReplicaContext,
+    compute_average_loss,
+    get_replica_context,
+    replica_context,
+)
 from mirrorfit._src.run import compile_per_replica
 from mirrorfit._src.sown_losses import loss_values
 from mirrorfit._src.state import TrainState, step_rng
