@@ -10,8 +10,13 @@ from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
 from mirrorfit import optimizers as optimizers
+from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
+from mirrorfit._src.custom_checkpoint import Checkpoint as Checkpoint
+from mirrorfit._src.custom_checkpoint import CheckpointManager as CheckpointManager
+from mirrorfit._src.custom_checkpoint import latest_checkpoint as latest_checkpoint
+from mirrorfit._src.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
 from mirrorfit._src.model import Sequential as Sequential
@@ -31,7 +36,10 @@ from mirrorfit._src.values import batch_mask as batch_mask
 __version__ = "0.1.0"
 
 __all__ = [
+    "Checkpoint",
+    "CheckpointManager",
     "History",
+    "apply_gradients",
     "InputContext",
     "Mirrored",
     "MirroredStrategy",
@@ -46,11 +54,13 @@ __all__ = [
     "compute_average_loss",
     "get_replica_context",
     "get_strategy",
+    "latest_checkpoint",
     "load_model",
     "scale_regularization_loss",
     "losses",
     "metrics",
     "mixed_precision",
     "optimizers",
+    "regularizers",
     "utils",
 ]

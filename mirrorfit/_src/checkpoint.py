@@ -31,6 +31,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from mirrorfit._src import keras_archive, saved_config
 from mirrorfit._src.state import require_state
 
 FORMAT = "mirrorfit-checkpoint/1"
@@ -300,38 +301,35 @@ def decode_input_spec(encoded: Any) -> tuple[Any, np.dtype]:
     return shape, dtypes[0]
 
 
-def _storable_compile_args(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Compile arguments as JSON: names are kept, objects (not storable) become ``None``."""
-    if args is None:
-        return None
-    metrics = args["metrics"] or []
-    names = isinstance(metrics, (list, tuple)) and all(isinstance(m, str) for m in metrics)
-    return {
-        "optimizer": args["optimizer"] if isinstance(args["optimizer"], str) else None,
-        "loss": args["loss"] if isinstance(args["loss"], str) else None,
-        "metrics": list(metrics) if names else None,
-        "steps_per_execution": int(args["steps_per_execution"]),
-    }
-
-
 def _model_info(model, kind: str) -> dict[str, Any]:
     require_state(model.state)
     info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed}
     if kind == "model":
-        info["compile"] = _storable_compile_args(model.compile_config)
+        info["compile"] = saved_config.serialize_compile(model.compile_config)
+        info["module"] = saved_config.module_config(model.module)
     return info
 
 
 def save_weights(model, path: str | os.PathLike) -> Path:
     """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``)."""
+    if keras_archive.is_archive_path(path):
+        raise ValueError("save_weights writes a checkpoint directory, not a .keras file: "
+                         "use model.save(path) for a .keras file, or a directory name here. "
+                         f"Received: path={os.fspath(path)!r}")
     info = _model_info(model, "weights")
     state = model.state
     return save(path, {"params": state.params, "model_state": state.model_state}, info)
 
 
 def save_model(model, path: str | os.PathLike) -> Path:
-    """Saves ``model`` 's whole training state and config (see ``Model.save``)."""
+    """Saves ``model`` 's whole training state and config (see ``Model.save``).
+
+    A path ending in ``.keras`` becomes one zip file (`keras_archive`).
+    """
     info = _model_info(model, "model")
+    if keras_archive.is_archive_path(path):
+        return keras_archive.write(path, lambda tmp: (save(tmp, model.state._asdict(), info),
+                                                      info)[1])
     return save(path, model.state._asdict(), info)
 
 

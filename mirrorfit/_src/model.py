@@ -21,6 +21,8 @@ from mirrorfit._src import mixed_precision
 from mirrorfit._src.callbacks import Callback, History
 from mirrorfit._src.checks import is_int, positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
+from mirrorfit._src.model_calls import ModelCalls
+from mirrorfit._src.model_hooks import ModelHooks, overridden, step_hooks
 from mirrorfit._src.modules import adapt, sequential
 from mirrorfit._src.state import TrainState, create_state, require_state
 from mirrorfit._src.strategy import get_strategy, warn_if_outside_scope
@@ -28,7 +30,7 @@ from mirrorfit._src.trainer import Trainer
 from mirrorfit._src.weights import ModelVariables
 
 
-class Model(ModelVariables):
+class Model(ModelHooks, ModelCalls, ModelVariables):
     """A Flax module with Keras' ``compile``/``fit``/``evaluate``/``predict``, mirrored.
 
     Args:
@@ -187,8 +189,9 @@ class Model(ModelVariables):
         """
         config = step_config(
             self._adapter, optimizer, loss, metrics, loss_weights=loss_weights,
-            weighted_metrics=weighted_metrics,
+            weighted_metrics=weighted_metrics, require_loss=not overridden(self, "train_step"),
             scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
+        config = config._replace(hooks=step_hooks(self))
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,

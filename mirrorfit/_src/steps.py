@@ -25,6 +25,7 @@ where XLA should fuse them into their consumers.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -41,6 +42,7 @@ from mirrorfit._src.loss_scale import LossScaleOptimizer, all_finite
 from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
 from mirrorfit._src.mesh import BATCH_AXIS
 from mirrorfit._src.modules import ModuleAdapter
+from mirrorfit._src.sown_losses import share_of_sum
 from mirrorfit._src.state import TrainState, step_rng
 
 NOT_PROBABILITIES = "_not_probabilities"
@@ -59,6 +61,7 @@ class StepConfig(NamedTuple):
     metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects, weighted by the mask only
     optimizer: optax.GradientTransformation
     weighted_metrics: Sequence[Any] = ()  # metrics weighted by sample_weight (and the mask)
+    hooks: Any = None  # mirrorfit._src.model_hooks.StepHooks: a Model subclass's overrides
 
 
 def _masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:
@@ -73,10 +76,17 @@ def _weight(batch: Batch) -> jax.Array:
     return batch.sample_weight
 
 
-def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch) -> dict:
-    """Per-replica sums for the loss and every metric (not yet all-reduced)."""
+def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch,
+                extra_loss: jax.Array | None = None) -> dict:
+    """Per-replica sums for the loss and every metric (not yet all-reduced).
+
+    ``extra_loss`` is added to the loss sum as is (sown losses, see `share_of_sum`).
+    """
     weight = _weight(batch)
-    stats = {"loss": {"total": _masked_sum(per_example_loss, weight),
+    loss_total = _masked_sum(per_example_loss, weight)
+    if extra_loss is not None:
+        loss_total = loss_total + extra_loss
+    stats = {"loss": {"total": loss_total,
                       "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
     for name, values in (per_output(y, y_pred) if per_output else {}).items():
@@ -95,9 +105,15 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch) -> d
     return stats
 
 
-def results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
+def results(cfg: StepConfig, stats: dict, kind: str = "train") -> dict[str, Any]:
     """Metric values from accumulated statistics, in Keras' order: ``loss``, each
-    ``<output>_loss`` of a multi-output model, then each metric by name."""
+    ``<output>_loss`` of a multi-output model, then each metric by name.
+
+    ``kind`` (``"train"`` or ``"eval"``) says which step produced them; it matters only for
+    a model that overrides ``train_step`` or ``test_step`` (``cfg.hooks``).
+    """
+    if cfg.hooks is not None and cfg.hooks.results is not None:
+        return cfg.hooks.results(cfg, stats, kind)
     loss = stats["loss"]
     count = max(float(loss["count"]), 1.0)
     logs = {"loss": loss["total"] / count}
@@ -171,7 +187,9 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
     ``i``, real-row counts ``n_r``): the gradient of the global batch's mean loss, exactly as
     on one device with the whole batch. Gradients, counts and metric statistics travel in
     one all-reduce. With ``skip_empty``, a batch with no real rows (filler at the end of a
-    ``steps_per_execution`` group) leaves the state unchanged.
+    ``steps_per_execution`` group) leaves the state unchanged. Values the module sows into
+    ``"losses"`` are added once (`share_of_sum`). A `Model` subclass that overrides
+    ``compute_loss`` or ``train_step`` gets its own step (``cfg.hooks``).
 
     With a `LossScaleOptimizer`, the differentiated sum is multiplied by the loss scale over
     the global batch size (so the scale means what it means in Keras, which scales the mean
@@ -181,6 +199,8 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
     update: params, other collections and the inner optimizer state stay as they were, the
     scale halves (`LossScaleOptimizer.handle_non_finite_grads`) and ``step`` advances.
     """
+    if cfg.hooks is not None and cfg.hooks.train is not None:
+        return cfg.hooks.train(cfg, skip_empty)
     scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
     def step(state: TrainState, statistics: jax.Array, batch: Batch):
@@ -189,19 +209,21 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         global_rows = batch.mask.shape[0] * lax.axis_size(BATCH_AXIS)
 
         def objective(params):
-            y_pred, model_state = cfg.adapter.apply(
+            y_pred, model_state, losses = cfg.adapter.apply_with_losses(
                 params, state.model_state, batch.x, train=True, rng=rng
             )
             per_example = cfg.loss(batch.y, y_pred)
+            extra = share_of_sum(losses, batch.mask)
             total = _masked_sum(per_example, _weight(batch))
+            if extra is not None:
+                total = total + extra
             if scaler is not None:
                 total = scaler.scale_loss(total * (1.0 / global_rows), state.opt_state)
-            return total, (y_pred, per_example, model_state)
+            return total, (y_pred, per_example, model_state, extra)
 
-        local_grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
-            state.params
-        )
-        local_stats = _statistics(cfg, batch.y, y_pred, per_example, batch)
+        local_grads, (y_pred, per_example, model_state, extra) = jax.grad(
+            objective, has_aux=True)(state.params)
+        local_stats = _statistics(cfg, batch.y, y_pred, per_example, batch, extra)
         if scaler is not None:
             local_stats[NON_FINITE] = 1.0 - all_finite(local_grads).astype(jnp.float32)
         stats, unflatten = _flat(local_stats)
@@ -264,12 +286,15 @@ def make_multi_train_step(cfg: StepConfig) -> Callable:
 
 def make_eval_step(cfg: StepConfig) -> Callable:
     """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
+    if cfg.hooks is not None and cfg.hooks.evaluate is not None:
+        return cfg.hooks.evaluate(cfg)
 
     def step(state: TrainState, statistics: jax.Array, batch: Batch):
-        y_pred, _ = cfg.adapter.apply(
+        y_pred, _, losses = cfg.adapter.apply_with_losses(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
-        stats, _ = _flat(_statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch))
+        stats, _ = _flat(_statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch,
+                                     share_of_sum(losses, batch.mask)))
         return statistics + lax.psum(stats, BATCH_AXIS)
 
     return step
@@ -286,8 +311,13 @@ def make_predict_step(adapter: ModuleAdapter) -> Callable:
     return step
 
 
-def statistics_layout(cfg: StepConfig, state: TrainState, batch: Batch) -> StatsLayout:
-    """The layout of the statistics `_statistics` produces for batches like ``batch``."""
+def statistics_layout(cfg: StepConfig, state: TrainState, batch: Batch, kind: str = "train"
+                      ) -> StatsLayout:
+    """The layout of the statistics ``kind`` steps produce for batches like ``batch``."""
+    if cfg.hooks is not None and cfg.hooks.statistics is not None:
+        local = functools.partial(cfg.hooks.statistics, cfg, kind=kind)
+        leaves, treedef = jax.tree.flatten(jax.eval_shape(local, state, batch))
+        return StatsLayout(treedef, tuple(tuple(leaf.shape) for leaf in leaves))
 
     def local(state, batch):
         y_pred, _ = cfg.adapter.apply(

@@ -96,8 +96,9 @@ class Trainer:
         self.train_fn: Callable | None = None
         self.prefetch = True
         self._resume_point: ResumePoint | None = None
-        self._layout: steps_lib.StatsLayout | None = None
-        self._zeros: np.ndarray | None = None
+        # Per step kind ("train", "eval"): the statistics layout and its zero vector. The two
+        # differ only for a model that overrides train_step or test_step.
+        self._layouts: dict[str, tuple[steps_lib.StatsLayout, np.ndarray]] = {}
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
@@ -110,7 +111,7 @@ class Trainer:
         """Sets the loss, metrics and optimizer (``compile``); later fits compile anew."""
         self.config = config
         self.steps_per_execution = steps_per_execution
-        self._layout = self._zeros = None
+        self._layouts = {}
         self._warned = set()
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
@@ -144,30 +145,30 @@ class Trainer:
 
     # -- statistics -----------------------------------------------------------------------
 
-    def _fresh_statistics(self, state, batch: Batch):
-        """Zero statistics (a float32 vector, mirrored) for batches like ``batch``."""
-        if self._layout is None:
+    def _fresh_statistics(self, state, batch: Batch, kind: str = "train"):
+        """Zero statistics (a float32 vector, mirrored) for ``kind`` steps on such batches."""
+        if kind not in self._layouts:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
-            self._layout = steps_lib.statistics_layout(self.config, state, sample)
-            self._zeros = np.zeros(self._layout.size, np.float32)
-        return self.strategy.replicate_arrays(self._zeros)
+            layout = steps_lib.statistics_layout(self.config, state, sample, kind)
+            self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
+        return self.strategy.replicate_arrays(self._layouts[kind][1])
 
-    def _decode(self, statistics) -> dict[str, Any]:
+    def _decode(self, statistics, kind: str = "train") -> dict[str, Any]:
         """Metric values (Python floats, loss first) from a statistics snapshot.
 
         A metric with one value per class or threshold (e.g. ``F1Score(average=None)``)
         gives a NumPy array, as Keras does.
         """
-        stats = self._layout.unflatten(np.asarray(self.strategy.fetch(statistics)))
+        stats = self._layouts[kind][0].unflatten(np.asarray(self.strategy.fetch(statistics)))
         for message in steps_lib.statistics_warnings(self.config, stats):
             if message not in self._warned:
                 self._warned.add(message)
                 warnings.warn(message, MirrorfitWarning, stacklevel=5)
         return {key: float(value) if np.ndim(value) == 0 else np.asarray(value)
-                for key, value in steps_lib.results(self.config, stats).items()}
+                for key, value in steps_lib.results(self.config, stats, kind).items()}
 
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:
@@ -177,6 +178,9 @@ class Trainer:
                 self.strategy, step, specs_like(self.strategy, example_args), out_specs,
                 donate_argnums=donate_argnums)
         return self._compiled[key]
+
+    def _decode_eval(self, statistics) -> dict[str, float]:
+        return self._decode(statistics, "eval")
 
     # -- loops ----------------------------------------------------------------------------
 
@@ -262,7 +266,8 @@ class Trainer:
         train_fn = self.train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
         if resume is not None and resume.restore_statistics is not None:
-            statistics = self.strategy.replicate_arrays(resume.restore_statistics(self._zeros))
+            statistics = self.strategy.replicate_arrays(
+                resume.restore_statistics(self._layouts["train"][1]))
         in_flight = InFlight()
         while batch is not None:
             callbacks.on_train_batch_begin(step)
@@ -279,6 +284,20 @@ class Trainer:
             step = getattr(data, "steps_seen", step)
         return self._decode(statistics), step if data.steps is None else min(step, data.steps)
 
+    def train_on_batch(self, model, data) -> dict[str, float]:
+        """One train step on the one batch of ``data`` (``Model.train_on_batch``); its logs.
+
+        The step is the one ``fit`` compiles, so calls with the same shapes never recompile.
+        """
+        group = self.steps_per_execution
+        batch = next(place_batches(data.batches(0, group=group), self.strategy,
+                                   stacked=group > 1))
+        statistics = self._fresh_statistics(model.state, batch)
+        train_fn = self._compiled_step(
+            self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
+        model.state, statistics = train_fn(model.state, statistics, batch)
+        return self._decode(statistics)
+
     def evaluate(self, model, data, callbacks: CallbackList) -> dict[str, float]:
         """Loss and metrics over every batch of ``data`` (a data adapter), in order.
 
@@ -293,7 +312,7 @@ class Trainer:
         callbacks.on_test_begin()
         with self._placed(data) as batches:
             batch = _first(batches, data)
-            statistics = self._fresh_statistics(model.state, batch)
+            statistics = self._fresh_statistics(model.state, batch, "eval")
             eval_fn = self._compiled_step(self._eval_step, (model.state, statistics, batch), P())
             in_flight = InFlight()
             step = 0
@@ -302,9 +321,9 @@ class Trainer:
                 statistics = eval_fn(model.state, statistics, batch)
                 batch = next(batches, None)
                 in_flight.push(statistics)
-                callbacks.on_test_batch_end(step, LazyLogs(statistics, self._decode))
+                callbacks.on_test_batch_end(step, LazyLogs(statistics, self._decode_eval))
                 step += 1
-        values = self._decode(statistics)
+        values = self._decode_eval(statistics)
         callbacks.on_test_end(values)
         return values
 
