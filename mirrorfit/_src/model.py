@@ -9,6 +9,7 @@ holds no training logic of its own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src import data_adapters
-from mirrorfit._src import input_spec
+from mirrorfit._src import input_checks, input_spec
 from mirrorfit._src.callbacks import Callback, History
 from mirrorfit._src.checks import is_int, positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
@@ -44,13 +45,18 @@ class Model(ModelVariables):
     strategy active at construction (`mirrorfit.get_strategy`).
 
     Raises:
-        TypeError: if ``module`` is not a Flax module, or ``seed`` is not an int.
+        TypeError: if ``module`` is not a Flax module, ``seed`` is not an int, or the
+            module's ``__call__`` needs arguments mirrorfit does not pass.
+        ValueError: if ``seed`` is negative.
     """
 
     def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
                  seed: int = 0):
         if not is_int(seed):
             raise TypeError(f"seed must be an int. Received: seed={seed!r}")
+        if seed < 0:
+            raise ValueError("seed must be a non-negative int (it seeds param init, dropout and "
+                             f"shuffling), e.g. seed=0. Received: seed={seed!r}")
         self._adapter = adapt(module)
         self.module = module
         self._strategy = get_strategy()
@@ -124,15 +130,25 @@ class Model(ModelVariables):
     def build(self, input_shape: Any) -> None:
         """Creates the params for examples of ``input_shape`` (no batch dimension).
 
+        An int means one axis: ``input_shape=8`` is ``(8,)``.
+
         Raises:
-            TypeError: if ``input_shape`` is not a tuple of ints or a dict/list of them.
+            TypeError: if ``input_shape`` is not an int, a tuple of ints or a dict/list of
+                them.
         """
+        if is_int(input_shape):
+            input_shape = (int(input_shape),)
         self._build_from(input_spec.example_batch(input_shape, self._input_dtype))
 
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
-        params, model_state = init(jax.random.PRNGKey(self.seed), sample)
+        try:
+            params, model_state = init(jax.random.PRNGKey(self.seed), sample)
+        except TypeError as err:
+            if (clear := input_checks.module_call_error(self.module, err)) is None:
+                raise
+            raise clear from err
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(
@@ -200,6 +216,10 @@ class Model(ModelVariables):
             with_targets=with_targets)
         if isinstance(data, data_adapters.ArrayDataAdapter):
             self._check_input(data.x)
+        elif self._state is None:
+            raise ValueError(input_checks.NOT_BUILT.format(kind=type(x).__name__))
+        else:  # every batch is checked against the built model's input shapes
+            data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,

@@ -13,9 +13,11 @@ one static shape. `train_and_validation` applies ``fit``'s validation arguments.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from mirrorfit._src.checks import positive_int
+from mirrorfit._src import input_checks
+from mirrorfit._src.checks import MirrorfitWarning, positive_int
 from mirrorfit._src.data_adapters.array_data_adapter import ArrayDataAdapter, is_array_input
 from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
 
@@ -51,12 +53,15 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
     Raises:
         ValueError: for a missing ``x``/``y``, ``y`` given with an iterable, or a
             non-positive ``batch_size``/``steps``.
-        TypeError: if ``x`` is neither arrays nor an iterable.
+        TypeError: if ``x`` is neither arrays nor an iterable, is a Python list of numbers,
+            or holds strings or objects.
     """
     if x is None:
         raise ValueError("x is required: arrays, a dict/tuple of arrays, or an iterable of "
                          "batches. Received: x=None")
     steps = None if steps is None else positive_int(steps, "steps_per_epoch")
+    input_checks.check_not_nested_lists(x, "x")
+    input_checks.check_not_nested_lists(y, "y")
     if is_array_input(x):
         if with_targets and y is None:
             raise ValueError("y is required when x is an array (targets for the loss). "
@@ -85,7 +90,8 @@ def train_and_validation(train: Any, *, validation_split: Any, validation_data: 
     """``fit``'s training adapter and its validation adapter (or ``None``).
 
     ``validation_split`` takes the last fraction of array rows, before shuffling, as Keras;
-    otherwise ``validation_data`` (``(x, y)`` or ``(x, y, sample_weight)``) is adapted.
+    otherwise ``validation_data`` (``(x, y)`` or ``(x, y, sample_weight)``) is adapted. Given
+    both, ``validation_data`` wins, with a warning, as in Keras.
 
     Raises:
         ValueError: for a split outside ``[0, 1)``, a split of an iterable, or a malformed
@@ -94,6 +100,11 @@ def train_and_validation(train: Any, *, validation_split: Any, validation_data: 
     if not 0.0 <= float(validation_split) < 1.0:
         raise ValueError("validation_split must be in [0, 1), the fraction of rows held out "
                          f"for validation. Received: validation_split={validation_split!r}")
+    if validation_split and validation_data is not None:
+        warnings.warn("fit got both validation_split and validation_data: validation_data is "
+                      "used and validation_split ignored, as in Keras. Pass only one. Received: "
+                      f"validation_split={validation_split!r}", MirrorfitWarning, stacklevel=4)
+        validation_split = 0.0
     if validation_split:
         if not isinstance(train, ArrayDataAdapter):
             raise ValueError("validation_split needs array inputs; for an iterable pass "

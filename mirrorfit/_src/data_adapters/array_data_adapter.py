@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src import input_checks
 from mirrorfit._src.batch import Batch, pad_index, padded_size, real_rows_mask
 
 
@@ -59,13 +60,18 @@ class ArrayDataAdapter:
         seed: base seed of the shuffle order; epoch ``e`` uses ``seed + e``.
 
     Raises:
-        ValueError: if x, y and sample_weight differ in length, or x is empty.
+        ValueError: if x, y and sample_weight differ in length, x is empty, or
+            sample_weight is not 1-D.
+        TypeError: if x or y holds strings or objects.
     """
 
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
                  shuffle=False, seed=0):
         self.x = jax.tree.map(np.asarray, x)
         self.y = None if y is None else jax.tree.map(np.asarray, y)
+        input_checks.check_numeric(self.x, "x")
+        input_checks.check_numeric(self.y, "y")
+        input_checks.check_sample_weight(sample_weight)
         self.sample_weight = None if sample_weight is None else np.asarray(
             sample_weight, np.float32
         )
