@@ -360,3 +360,31 @@ def test_full_disk_names_the_argument_and_keeps_the_previous_checkpoint(writer, 
         assert np.array_equal(again.arrays[key], value)
     _assert_trains(model)
     gc.collect()  # report the abandoned writes here, under this test's warning filter
+
+
+# -- formats this mirrorfit reads ------------------------------------------------------------
+
+
+def test_format_1_checkpoints_without_a_metadata_checksum_still_load(tmp_path, monkeypatch):
+    tree = {"w": np.arange(6.0).reshape(2, 3)}
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint_lib, "FORMAT", f"{checkpoint_lib.FORMAT_NAME}/1")
+        version = checkpoint_lib.save(tmp_path / "c", tree, {"epoch": 2})
+    path = version / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    del meta["sha256"]  # version 1 wrote none
+    path.write_text(json.dumps(meta))
+    loaded = checkpoint_lib.load(version)
+    assert np.array_equal(loaded.arrays["w"], tree["w"]) and loaded.info == {"epoch": 2}
+
+
+@pytest.mark.parametrize("tag", ["other-format/1", "mirrorfit-checkpoint/x", None])
+def test_meta_of_another_format_is_damage_not_a_newer_version(tag, tmp_path):
+    version = checkpoint_lib.save(tmp_path / "c", {"w": np.ones(3)})
+    path = version / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    meta["format"] = tag
+    path.write_text(json.dumps(meta))
+    with pytest.raises(checkpoint_lib.CheckpointError, match="not a mirrorfit checkpoint") as info:
+        checkpoint_lib.load(version)
+    assert not isinstance(info.value, checkpoint_lib.NewerFormatError)
