@@ -12,11 +12,15 @@ builds one case's runner, then:
    shared, so each repeat also records how many CPU cores *other* processes kept busy meanwhile
    (from ``/proc/stat`` minus this process's own CPU time).
 
+Peer cases (``PEER_CASES``) run this same script with the peer venv's interpreter (see
+``venvs.py``), importing only ``peers`` and ``synthetic``, never Flax or mirrorfit.
+
 It writes a JSON result (throughput of every repeat, compile counts, host peak RSS, live device
 memory) to ``--result``; on an exception it writes ``{"status": "crashed: ..."}`` instead.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -28,8 +32,9 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the repo's mirrorfit, uninstalled
 
 GROUP_STEPS = 32  # timed slices are whole multiples of this many global batches
-TRAIN_CASES = ("handwritten", "handwritten_fused", "mirrorfit_fit", "mirrorfit_fit_spe",
-               "keras3", "tf_keras")
+PEER_CASES = ("keras3", "keras3_spe", "tf_keras")  # run by the peer's venv interpreter
+TRAIN_CASES = ("handwritten", "handwritten_fused", "handwritten_jit", "mirrorfit_fit",
+               "mirrorfit_fit_spe", *PEER_CASES)
 INFERENCE_CASES = ("handwritten_evaluate", "handwritten_predict", "mirrorfit_evaluate",
                    "mirrorfit_predict")
 
@@ -56,15 +61,19 @@ class CompileCounter:
 
     Compilations of single primitives (``jit(broadcast_in_dim)`` and the like, from op-by-op
     dispatch outside any jitted step) are tallied apart from jitted functions such as train steps.
+    Where JAX is not installed (the tf.keras venv), ``enabled`` is False and nothing is counted.
     """
 
     def __init__(self):
+        self.phase = "setup"
+        self.phases: dict = {}
+        self.enabled = importlib.util.find_spec("jax") is not None
+        if not self.enabled:
+            return
         import jax
         from jax.extend.core import Primitive
 
         self.primitives = {p.name for p in vars(jax.lax).values() if isinstance(p, Primitive)}
-        self.phase = "setup"
-        self.phases: dict = {}
         jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
     def _on_event(self, event: str, duration: float, **kwargs) -> None:
@@ -85,12 +94,26 @@ class CompileCounter:
         return self.phases.get(phase, self._empty())
 
 
-def make_runner(args: argparse.Namespace, workload):
-    """Returns the runner of ``args.case`` (see ``handwritten`` and ``frameworks``)."""
-    import handwritten
-    from frameworks import KerasRunner, MirrorfitRunner
+def make_runner(args: argparse.Namespace):
+    """Returns the runner of ``args.case`` (see ``handwritten``, ``frameworks`` and ``peers``).
 
+    Peer cases import only ``peers`` (NumPy and the framework): their venvs have no Flax.
+    """
     case, d, b = args.case, args.devices, args.batch
+    if case in PEER_CASES:
+        from peers import KerasRunner
+        from synthetic import input_shape
+
+        k = args.spe if case.endswith("_spe") else 1
+        return KerasRunner(input_shape(args.model), d, b, case.removesuffix("_spe"),
+                           steps_per_execution=k)
+    import handwritten
+    from frameworks import MirrorfitRunner
+    from workloads import get_workload
+
+    workload = get_workload(args.model)
+    if case == "handwritten_jit":
+        return handwritten.JitTrainer(workload, b)
     if case.startswith("handwritten"):
         mesh = handwritten.make_mesh(d)
         if case == "handwritten_evaluate":
@@ -99,11 +122,9 @@ def make_runner(args: argparse.Namespace, workload):
             return handwritten.Predictor(workload, mesh, b)
         k = args.spe if case == "handwritten_fused" else 1
         return handwritten.Trainer(workload, mesh, b, steps_per_call=k)
-    if case.startswith("mirrorfit"):
-        mode = case.split("_")[1]
-        k = args.spe if case == "mirrorfit_fit_spe" else 1
-        return MirrorfitRunner(workload, d, b, mode, steps_per_execution=k)
-    return KerasRunner(workload, d, b, case)
+    mode = case.split("_")[1]  # mirrorfit_fit, mirrorfit_fit_spe, mirrorfit_evaluate, ...
+    k = args.spe if case == "mirrorfit_fit_spe" else 1
+    return MirrorfitRunner(workload, d, b, mode, steps_per_execution=k)
 
 
 def calibrate(runner, x, y, args: argparse.Namespace, train: bool) -> tuple[int, int]:
@@ -132,15 +153,16 @@ def busy_cpu_seconds() -> float:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    import jax
+    """Warms up, calibrates if asked, times the repeats; returns the result dict.
 
-    from workloads import get_workload, make_data
+    Where JAX is not installed (the tf.keras venv), compile counts and device memory are ``None``.
+    """
+    from synthetic import input_shape, make_data
 
     counter = CompileCounter()
-    workload = get_workload(args.model)
-    x, y = make_data(workload.input_shape, args.n)
+    x, y = make_data(input_shape(args.model), args.n)
     train = args.case in TRAIN_CASES
-    runner = make_runner(args, workload)
+    runner = make_runner(args)
 
     counter.phase = "first_call"
     warm = min(len(x), args.warmup_steps * args.batch + args.batch // 2)
@@ -159,17 +181,23 @@ def measure(args: argparse.Namespace) -> dict:
         elapsed = time.perf_counter() - start
         rates.append(examples / elapsed)
         others.append(max(0.0, (busy_cpu_seconds() - busy) / elapsed))
-    device_bytes = sum(s.data.nbytes for a in jax.live_arrays() for s in a.addressable_shards)
+    device_mb, compiles = None, None
+    if counter.enabled:
+        import jax
+
+        device_mb = sum(s.data.nbytes for a in jax.live_arrays()
+                        for s in a.addressable_shards) / 2**20
+        compiles = {"first_call": counter.stats("first_call"), "timed": counter.stats("timed"),
+                    "first_call_rows": warm}
     return {
         "status": "ok",
         "rows": rows,
         "epochs": epochs,
         "examples_per_s": rates,
         "other_processes_cores": others,
-        "compiles": {"first_call": counter.stats("first_call"), "timed": counter.stats("timed"),
-                     "first_call_rows": warm},
+        "compiles": compiles,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "live_device_mb": device_bytes / 2**20,
+        "live_device_mb": device_mb,
     }
 
 

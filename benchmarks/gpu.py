@@ -54,7 +54,8 @@ import handwritten  # noqa: E402
 from frameworks import MirrorfitRunner  # noqa: E402
 from run import write_report  # noqa: E402
 from _worker import CompileCounter  # noqa: E402
-from workloads import ResNet18, Workload, make_data  # noqa: E402
+from synthetic import make_data  # noqa: E402
+from workloads import ResNet18, Workload  # noqa: E402
 
 REFERENCE = {"mirrorfit_fit": "handwritten", "mirrorfit_fit_verbose0": "handwritten",
              "mirrorfit_fit_spe": "handwritten_fused"}

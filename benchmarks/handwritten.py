@@ -1,4 +1,5 @@
-"""The zero-overhead reference: hand-written ``jit(shard_map)`` train, evaluate and predict loops.
+"""The zero-overhead references: hand-written ``jit(shard_map)`` train, evaluate and predict loops,
+and a plain ``jit`` train loop with no mesh for one device (`JitTrainer`).
 
 This is the loop a JAX expert writes by hand for MirroredStrategy-style data parallelism:
 
@@ -115,8 +116,11 @@ class Trainer:
         return epochs * calls * group
 
 
-def _train_one_step(apply_fn, tx, carry, batch):
-    """One per-replica Adam step on a per-replica batch; gradients and loss averaged over replicas."""
+def _train_one_step(apply_fn, tx, carry, batch, axis: str | None = AXIS):
+    """One Adam step on a batch; with ``axis``, gradients and loss are averaged over replicas.
+
+    ``axis=None`` is the single-device step of `JitTrainer`: no collective at all.
+    """
     params, opt_state = carry
     x, y = batch
 
@@ -124,9 +128,40 @@ def _train_one_step(apply_fn, tx, carry, batch):
         return sparse_categorical_crossentropy(apply_fn({"params": p}, x), y).mean()
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    grads, loss = lax.pmean((grads, loss), AXIS)
+    if axis is not None:
+        grads, loss = lax.pmean((grads, loss), axis)
     updates, opt_state = tx.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state), loss
+
+
+class JitTrainer(Trainer):
+    """The true single-device ceiling: a plain ``jax.jit`` train step, no mesh, no ``shard_map``.
+
+    What a JAX expert writes for one device: params and optimizer state committed to
+    ``jax.devices()[0]`` and donated, each shuffled batch placed with ``jax.device_put``, no
+    collective, at most 2 steps in flight. Same model, loss, optimizer and shuffle as `Trainer`.
+
+    Args:
+        workload: the model to train.
+        batch_size: examples per step.
+        seed: seed for params and for the per-epoch shuffle.
+    """
+
+    def __init__(self, workload: Workload, batch_size: int, seed: int = 0):
+        self.batch_size = batch_size
+        self.steps_per_call = 1
+        self.rng = np.random.default_rng(seed)
+        self.device = jax.devices()[0]
+        tx = optax.adam(1e-3)
+        dummy = jnp.zeros((1, *workload.input_shape), jnp.float32)
+        params = workload.module.init(jax.random.key(seed), dummy)["params"]
+        self.state = jax.device_put((params, tx.init(params)), self.device)
+        step = functools.partial(_train_one_step, workload.module.apply, tx, axis=None)
+        self.step = jax.jit(lambda state, x, y: step(state, (x, y)), donate_argnums=0)
+
+    def _placed(self, x: np.ndarray, y: np.ndarray):
+        """One batch ``x`` ``[batch, ...]``, ``y`` ``[batch]`` on the device."""
+        return jax.device_put((x, y), self.device)
 
 
 class _Inference:

@@ -1,7 +1,7 @@
 """Benchmark workloads: the Flax modules, their input shapes and the random data sets.
 
 Every case (hand-written, mirrorfit, Keras) trains the same architecture on the same
-seeded data, so throughputs within one run are comparable.
+seeded data (``synthetic.make_data``), so throughputs within one run are comparable.
 """
 
 from typing import NamedTuple
@@ -10,7 +10,8 @@ import functools
 
 import flax.linen as nn
 import jax.numpy as jnp
-import numpy as np
+
+from synthetic import input_shape
 
 
 class CNN(nn.Module):
@@ -78,17 +79,8 @@ class Workload(NamedTuple):
 
 def get_workload(name: str) -> Workload:
     """Returns the named workload: ``"mlp"`` (784->128 relu->10) or ``"cnn"`` (32x32x3)."""
+    shape = input_shape(name)
     if name == "mlp":
-        module = nn.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax])
-        return Workload(module, (784,))
-    if name == "cnn":
-        return Workload(CNN(), (32, 32, 3))
-    raise ValueError(f"model must be 'mlp' or 'cnn'. Received: model={name!r}")
+        return Workload(nn.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax]), shape)
+    return Workload(CNN(), shape)
 
-
-def make_data(input_shape: tuple, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Returns standard-normal float32 inputs ``[n, *input_shape]`` and int32 labels ``[n]`` in [0, 10)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, *input_shape), dtype=np.float32)
-    y = rng.integers(0, 10, size=n, dtype=np.int32)
-    return x, y

@@ -110,6 +110,7 @@ def main():
              processes=np.asarray(jax.process_count()),
              **{f"history_{k}": np.asarray(v) for k, v in history.history.items()},
              **{f"evaluate_{k}": np.asarray(v) for k, v in evaluated.items()})
+    print(f"process {rank} done")
 
 
 if __name__ == "__main__":

@@ -189,6 +189,24 @@ def test_learning_rate_callbacks_need_an_injected_learning_rate():
         _fit(model, [mf.callbacks.LearningRateScheduler(lambda epoch: 0.1)], 1)
 
 
+@pytest.mark.parametrize("callback", [
+    mf.callbacks.LearningRateScheduler(lambda epoch: 0.1),
+    # patience 0 and an unreachable min_delta: reduces at the end of epoch 2
+    mf.callbacks.ReduceLROnPlateau(monitor="loss", patience=0, min_delta=1e9),
+], ids=["LearningRateScheduler", "ReduceLROnPlateau"])
+def test_learning_rate_callbacks_refuse_an_optax_schedule(callback):
+    # The schedule would overwrite the callback's rate at the next step: a clear error instead.
+    with mf.MirroredStrategy(jax.devices()[:1]).scope():
+        model = mf.Sequential(_layers(), input_shape=(4,))
+        model.compile(mf.optimizers.SGD(optax.linear_schedule(0.1, 0.0, 100)),
+                      "sparse_categorical_crossentropy")
+    before = model.get_weights()
+    with pytest.raises(ValueError, match=r"optax schedule.*Received: an optimizer with a sched"):
+        _fit(model, [callback], 2)
+    assert len(model.get_weights()) == len(before)  # the model is still usable
+    model.evaluate(*_data(), verbose=0)
+
+
 # -- loggers ----------------------------------------------------------------------------------
 
 

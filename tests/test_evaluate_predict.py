@@ -64,12 +64,19 @@ def test_evaluate_equals_numpy_over_all_examples(model, batch_size):
     np.testing.assert_allclose(logs["accuracy"], correct.mean(), rtol=RTOL)
 
 
-def test_evaluate_with_sample_weight_uses_keras_weighted_semantics(model):
+def test_evaluate_with_sample_weight_uses_keras_weighted_semantics():
+    model = _make_model(3)
+    model.compile(optax.sgd(0.1), "sparse_categorical_crossentropy", metrics=["accuracy"],
+                  weighted_metrics=["accuracy"])
     losses, correct = _numpy_loss_and_correct(model.params)
     logs = model.evaluate(X, Y, batch_size=32, sample_weight=W, verbose=0, return_dict=True)
-    # Keras: loss = sum(w * l) / num_examples; accuracy = sum(w * correct) / sum(w).
+    # Keras 3: loss = sum(w * l) / num_examples; `metrics` ignore sample_weight, and
+    # `weighted_metrics` give sum(w * correct) / sum(w) (named weighted_* on a clash).
+    assert list(logs) == ["loss", "accuracy", "weighted_accuracy"]
     np.testing.assert_allclose(logs["loss"], (W * losses).sum() / N, rtol=RTOL)
-    np.testing.assert_allclose(logs["accuracy"], (W * correct).sum() / W.sum(), rtol=RTOL)
+    np.testing.assert_allclose(logs["accuracy"], correct.mean(), rtol=RTOL)
+    np.testing.assert_allclose(logs["weighted_accuracy"], (W * correct).sum() / W.sum(),
+                               rtol=RTOL)
 
 
 def test_evaluate_on_fewer_examples_than_replicas(model):

@@ -6,7 +6,6 @@ writer or reader it applies to, and checks that no file was lost and that the mo
 afterwards. Most tests share one compiled 2-device model, reset to its initial state.
 """
 
-import dataclasses
 import errno
 import gc
 import json
@@ -185,10 +184,9 @@ def _other_optimizer(model):
     return _data()
 
 
-@dataclasses.dataclass(frozen=True)
 class _DoubledCrossentropy(mf.losses.SparseCategoricalCrossentropy):
-    def __call__(self, y_true, y_pred):
-        return 2.0 * super().__call__(y_true, y_pred)
+    def call(self, y_true, y_pred):
+        return 2.0 * super().call(y_true, y_pred)
 
 
 def _other_loss(model):
@@ -200,8 +198,8 @@ CHANGES = {
     "x_values": (_other_values, r"training data: the values of the sampled training rows"),
     "labels": (_other_labels, r"training data: the values of the sampled training rows"),
     "optimizer": (_other_optimizer, r"compile optimizer: .*0\.1.* in the backup, .*0\.05.* now"),
-    "loss": (_other_loss, r"compile loss: 'SparseCategoricalCrossentropy\(from_logits=False\)' in"
-                          r" the backup, '_DoubledCrossentropy\(from_logits=False\)' now"),
+    "loss": (_other_loss, r"compile loss: \{'SparseCategoricalCrossentropy': .*\} in the backup, "
+                          r"\{'_DoubledCrossentropy': .*\} now"),
 }
 
 

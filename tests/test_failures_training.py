@@ -32,7 +32,7 @@ def _model(replicas, *, seed=0):
 
 
 def _crossentropy(y_true, y_pred):
-    return mf.losses.SparseCategoricalCrossentropy()(y_true, y_pred)
+    return mf.losses.sparse_categorical_crossentropy(y_true, y_pred)  # [batch]
 
 
 # -- a loss that reduces over the batch ------------------------------------------------------

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from mirrorfit import metrics
 
@@ -68,9 +69,9 @@ def test_mean_metric_wrapper_rejects_batch_reduced_values():
 def test_result_is_zero_not_nan_without_examples(as_jax):
     stats = {"total": np.float32(0.0), "count": np.float32(0.0)}
     if as_jax:
-        result = jax.jit(metrics.Accuracy().result)(stats)
+        result = jax.jit(metrics.InferredAccuracy().result)(stats)
     else:
-        result = metrics.Accuracy().result(stats)
+        result = metrics.InferredAccuracy().result(stats)
         assert isinstance(result, np.ndarray)
     assert float(result) == 0.0
 
@@ -110,7 +111,7 @@ def test_accuracy_infers_sparse_from_integer_labels(classification, label_shape,
     y_pred, labels, weights = classification
     correct = np.argmax(y_pred, -1) == labels
     y_true = labels.reshape(label_shape).astype(label_dtype)
-    for metric in (metrics.Accuracy(), metrics.SparseCategoricalAccuracy()):
+    for metric in (metrics.InferredAccuracy(), metrics.SparseCategoricalAccuracy()):
         result = evaluate(metric, y_true, y_pred, weights)
         np.testing.assert_allclose(result, np_weighted_mean(correct, weights), rtol=1e-6)
 
@@ -119,7 +120,7 @@ def test_accuracy_infers_categorical_from_one_hot_labels(classification):
     y_pred, labels, weights = classification
     one_hot = np.eye(4, dtype=np.float32)[labels]
     correct = np.argmax(y_pred, -1) == labels
-    for metric in (metrics.Accuracy(), metrics.CategoricalAccuracy()):
+    for metric in (metrics.InferredAccuracy(), metrics.CategoricalAccuracy()):
         result = evaluate(metric, one_hot, y_pred, weights)
         np.testing.assert_allclose(result, np_weighted_mean(correct, weights), rtol=1e-6)
 
@@ -131,9 +132,15 @@ def test_accuracy_infers_binary_from_single_output(pred_shape, true_shape):
     y_true = np.array([0, 1, 1, 0, 0, 1], np.float32).reshape(true_shape)
     weights = np.array([1, 1, 1, 1, 1, 0.5], np.float32)
     correct = np.array([1, 1, 0, 0, 1, 1], np.float64)  # 0.5 is not > 0.5.
-    for metric in (metrics.Accuracy(), metrics.BinaryAccuracy()):
+    for metric in (metrics.InferredAccuracy(), metrics.BinaryAccuracy()):
         result = evaluate(metric, y_true, y_pred, weights)
         np.testing.assert_allclose(result, np_weighted_mean(correct, weights), rtol=1e-6)
+
+
+def test_keras_accuracy_class_compares_values_exactly():
+    y_true = np.array([[1.0, 2.0], [3.0, 4.0], [0.0, 1.0]], np.float32)
+    y_pred = np.array([[1.0, 2.5], [3.0, 4.0], [1.0, 0.0]], np.float32)
+    np.testing.assert_allclose(evaluate(metrics.Accuracy(), y_true, y_pred), 0.5, rtol=1e-6)
 
 
 def test_binary_accuracy_threshold_and_multi_label_mean():
@@ -164,9 +171,9 @@ def test_mse_and_mae_metrics_weighted(classification):
 @pytest.mark.parametrize(
     "name,cls",
     [
-        ("accuracy", metrics.Accuracy),
-        ("acc", metrics.Accuracy),
-        ("Accuracy", metrics.Accuracy),
+        ("accuracy", metrics.InferredAccuracy),
+        ("acc", metrics.InferredAccuracy),
+        ("Accuracy", metrics.InferredAccuracy),
         ("sparse_categorical_accuracy", metrics.SparseCategoricalAccuracy),
         ("categorical_accuracy", metrics.CategoricalAccuracy),
         ("binary_accuracy", metrics.BinaryAccuracy),
@@ -194,8 +201,8 @@ def test_get_wraps_callables_and_passes_metrics_through():
 
 
 def test_get_unknown_name_raises_value_error():
-    with pytest.raises(ValueError, match=r"sparse_categorical_accuracy.*Received: metrics='auc'"):
-        metrics.get("auc")
+    with pytest.raises(ValueError, match=r"sparse_categorical_accuracy.*Received: metrics='aucc'"):
+        metrics.get("aucc")
 
 
 def test_get_wrong_type_raises_type_error():

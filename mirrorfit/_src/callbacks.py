@@ -145,6 +145,21 @@ def _dispatch(methods):
     return call
 
 
+def as_log_value(value: Any) -> float | np.ndarray:
+    """A log value as `History` keeps it: a Python float, or a NumPy array for a metric with
+    one value per class or threshold (e.g. ``F1Score(average=None)``), as Keras."""
+    return float(value) if np.ndim(value) == 0 else np.asarray(value)
+
+
+def format_value(value: Any) -> str:
+    """A log value as Keras' progress bar shows it: ``0.1235``, or ``1.0000e-05`` at or
+    below ``1e-3`` in magnitude (``keras.utils.Progbar``); arrays with 4 decimals."""
+    if np.ndim(value):
+        return np.array2string(np.asarray(value), precision=4, separator=", ")
+    value = float(value)
+    return f"{value:.4f}" if abs(value) > 1e-3 else f"{value:.4e}"
+
+
 class History(Callback):
     """Records epoch logs: ``history[key]`` is a list of floats, ``epoch`` the epoch numbers."""
 
@@ -160,7 +175,7 @@ class History(Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.epoch.append(epoch)
         for key, value in (logs or {}).items():
-            self.history.setdefault(key, []).append(float(value))
+            self.history.setdefault(key, []).append(as_log_value(value))
         if self.model is not None:
             self.model.history = self
 

@@ -383,11 +383,12 @@ def _storable_compile_args(args: Mapping[str, Any] | None) -> dict[str, Any] | N
     """Compile arguments as JSON: names are kept, objects (not storable) become ``None``."""
     if args is None:
         return None
-    metrics = list(args["metrics"] or [])
+    metrics = args["metrics"] or []
+    names = isinstance(metrics, (list, tuple)) and all(isinstance(m, str) for m in metrics)
     return {
         "optimizer": args["optimizer"] if isinstance(args["optimizer"], str) else None,
         "loss": args["loss"] if isinstance(args["loss"], str) else None,
-        "metrics": metrics if all(isinstance(m, str) for m in metrics) else None,
+        "metrics": list(metrics) if names else None,
         "steps_per_execution": int(args["steps_per_execution"]),
     }
 

@@ -280,12 +280,13 @@ class BackupAndRestore(Callback):
     def _history(self, ended: tuple[int, dict[str, float]] | None) -> dict[str, Any]:
         """The history so far, with the epoch that just ``ended`` (History may run later)."""
         history = self.model.history
-        values = {k: list(v) for k, v in (history.history if history else {}).items()}
+        values = {k: [np.asarray(x).tolist() for x in v]
+                  for k, v in (history.history if history else {}).items()}
         epochs = list(history.epoch if history else [])
         if ended is not None and ended[0] not in epochs:
             epochs.append(ended[0])
             for key, value in ended[1].items():
-                values.setdefault(key, []).append(float(value))
+                values.setdefault(key, []).append(np.asarray(value).tolist())  # JSON
         return {"history": values, "history_epochs": epochs}
 
     def _save(self, epoch: int, step: int, statistics: Any,

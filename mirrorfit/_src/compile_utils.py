@@ -1,35 +1,53 @@
 """``compile``'s arguments resolved into the steps' configuration, as Keras'
-``trainers/compile_utils``: optimizer, loss and metrics by name or object.
+``trainers/compile_utils``: optimizer, loss (one, or one per output with ``loss_weights``),
+``metrics`` (weighted by the padding mask only) and ``weighted_metrics`` (also by
+``sample_weight``), by name or object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from mirrorfit._src import losses as losses_lib
-from mirrorfit._src import metrics as metrics_lib
+from mirrorfit._src import multi_output
 from mirrorfit._src import optimizers as optimizers_lib
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.steps import StepConfig
 
 
-def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any,
-                metrics: Sequence[Any] | None) -> StepConfig:
-    """The `StepConfig` for ``Model.compile(optimizer, loss, metrics)``.
+class _Renamed:
+    """A metric logged under another name (a weighted metric that shares an unweighted one's)."""
+
+    def __init__(self, metric: Any, name: str):
+        self.metric, self.name = metric, name
+        self.update, self.result = metric.update, metric.result
+
+
+def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any = None, *,
+                loss_weights: Any = None, weighted_metrics: Any = None) -> StepConfig:
+    """The `StepConfig` for ``Model.compile(optimizer, loss, metrics, ...)``.
 
     Raises:
-        ValueError: for a missing loss or an unknown name.
-        TypeError: for ``metrics`` that is not a list, or objects of the wrong type.
+        ValueError: for a missing loss, an unknown name, per-output arguments that do not
+            match the outputs, or two metrics with one log name.
+        TypeError: for ``metrics`` that is not a list or dict, or objects of the wrong type.
     """
     if loss is None:
         raise ValueError("compile needs a loss, e.g. loss=\"sparse_categorical_crossentropy\"."
                          " Received: loss=None")
     tx = optimizers_lib.get(optimizer)
-    loss_fn = losses_lib.get(loss)
-    if metrics is not None and (isinstance(metrics, (str, dict)) or not isinstance(
-            metrics, Sequence)):
-        raise TypeError("metrics must be a list, e.g. metrics=[\"accuracy\"]. "
-                        f"Received: metrics={metrics!r}")
-    metric_objs = tuple(metrics_lib.get(m) for m in (metrics or []))
-    return StepConfig(adapter, loss_fn, metric_objs, tx)
+    keys = multi_output.loss_keys(loss)
+    if keys is None:
+        loss_fn = multi_output.scaled(multi_output.single_loss(loss), loss_weights)
+    else:
+        loss_fn = multi_output.MultiOutputLoss(loss, loss_weights)
+    plain = multi_output.metric_objects(metrics, keys, "metrics")
+    weighted = multi_output.metric_objects(weighted_metrics, keys, "weighted_metrics")
+    names = [m.name for m in plain]
+    weighted = tuple(_Renamed(m, f"weighted_{m.name}") if m.name in names else m
+                     for m in weighted)
+    names += [m.name for m in weighted]
+    clashes = sorted({name for name in names if names.count(name) > 1})
+    if clashes:
+        raise ValueError(f"Every metric needs its own log name; give the metrics distinct "
+                         f"`name=`s. Received: metrics named {clashes} more than once")
+    return StepConfig(adapter, loss_fn, plain, tx, weighted)

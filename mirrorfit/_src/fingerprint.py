@@ -9,8 +9,8 @@ metrics, without a word (two runs silently mixed into one).
   evenly spaced over the data, the first and last included), so a changed value in those
   rows, or a reordering, is caught without hashing the whole data set;
 * compile (`compile_fingerprint`): the optimizer, loss and metrics, each described by its
-  Keras name, its configuration (``get_config`` or a dataclass ``repr``) or its qualified
-  name: never by an object ``repr`` that holds a memory address, so the same script gives the
+  configuration (``get_config``) or its qualified name: never by an object ``repr`` that
+  holds a memory address, so the same script gives the
   same fingerprint in every process and every restart.
 
 Fingerprints are JSON (they are stored in the checkpoint's ``meta``).
@@ -18,7 +18,6 @@ Fingerprints are JSON (they are stored in the checkpoint's ``meta``).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -70,22 +69,26 @@ def data_fingerprint(data: Any) -> dict[str, Any] | None:
             "sample_sha256": digest.hexdigest()}
 
 
+def _qualified_name(obj: Any) -> str:
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
+
+
 def _describe(obj: Any) -> Any:
     """A JSON description of one compile argument that is the same in every process."""
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return obj
+    obj = getattr(obj, "loss", obj)  # compile's per-example wrapper -> the loss
     get_config = getattr(obj, "get_config", None)
     if callable(get_config):
-        try:
-            return {type(obj).__qualname__: json.loads(json.dumps(get_config(), default=str))}
+        try:  # functions in a config (a wrapped loss's fn) by name, not by address
+            return {type(obj).__qualname__: json.loads(json.dumps(get_config(),
+                                                                  default=_qualified_name))}
         except TypeError:  # e.g. an optimizer with a schedule: describe it by its parts
             pass
     if isinstance(obj, (list, tuple)):  # metrics; an optax transformation's functions
         return [_describe(item) for item in obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return repr(obj)
-    named = obj if hasattr(obj, "__qualname__") else type(obj)
-    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
+    return _qualified_name(obj)
 
 
 def compile_fingerprint(config: StepConfig | None) -> dict[str, Any] | None:
@@ -101,7 +104,8 @@ def compile_fingerprint(config: StepConfig | None) -> dict[str, Any] | None:
     if config is None:
         return None
     return {"optimizer": _describe(config.optimizer), "loss": _describe(config.loss),
-            "metrics": [f"{type(m).__qualname__}({m.name})" for m in config.metrics]}
+            "metrics": [f"{type(m).__qualname__}({m.name})"
+                        for m in (*config.metrics, *config.weighted_metrics)]}
 
 
 def _data_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

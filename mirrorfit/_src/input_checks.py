@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.losses import Loss, SparseCategoricalCrossentropy
-from mirrorfit._src.losses import squeeze_or_expand_to_same_rank
+from mirrorfit._src.checks import is_int
+from mirrorfit._src.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
+from mirrorfit._src.loss import Loss, squeeze_or_expand_to_same_rank
 
 LABELS_OUT_OF_RANGE = "_labels_out_of_range"
 """Statistics key: float32 ``[2]``, ``[count, count * num_classes]`` of out-of-range labels.
@@ -43,7 +44,9 @@ SCALAR_LOSS = (
     "The loss {name} returned a scalar (shape ()), but mirrorfit needs one value per "
     "example, shape [batch]: it leaves out the padding rows of a partial batch and averages "
     "over the global batch itself, so a mean taken inside the loss would be wrong on the "
-    "last batch. Return the per-example values instead of their mean, e.g.\n"
+    "last batch. Return the per-example values instead of their mean (a loss object called "
+    "as loss(y_true, y_pred) reduces too: call loss.per_example(y_true, y_pred), or pass the "
+    "loss object to compile), e.g.\n"
     "    def {func}(y_true, y_pred):\n"
     "        return jnp.mean(jnp.square(y_pred - y_true), axis=-1)  # [batch], not a scalar\n"
     "Received: loss={name} returning shape () for targets of shape {y_true} and outputs of "
@@ -68,19 +71,26 @@ def _is_array(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
 
 
+def _unwrapped(loss: Any) -> Any:
+    """The `Loss` behind ``compile`` 's per-example wrapper (``PerExampleLoss.loss``)."""
+    return getattr(loss, "loss", loss)
+
+
 def _check_targets(loss: Any, y_true: Any, y_pred: Any) -> None:
     """Targets against outputs for mirrorfit's losses (the user's define their own rules).
 
     Sparse losses take one label per output row; every other built-in loss compares targets
     and outputs element by element, after Keras' rank matching.
     """
+    name, loss = _name(loss), _unwrapped(loss)
     if not (isinstance(loss, Loss) and _is_array(y_true) and _is_array(y_pred)):
         return
-    if not (isinstance(loss, SparseCategoricalCrossentropy)
+    if isinstance(loss, InferredCrossentropy) or not (
+            isinstance(loss, SparseCategoricalCrossentropy)
             or type(loss).__module__.startswith("mirrorfit.")):
-        return
-    name, received = _name(loss), (f"Received: targets of shape {_shape(y_true)} and outputs "
-                                   f"of shape {_shape(y_pred)}")
+        return  # it picks its form from the shapes, or it is the user's own
+    received = (f"Received: targets of shape {_shape(y_true)} and outputs of shape "
+                f"{_shape(y_pred)}")
     if isinstance(loss, SparseCategoricalCrossentropy):
         classes = y_pred.shape[:-1]
         if y_true.shape in (classes, (*classes, 1)):
@@ -146,7 +156,7 @@ def label_range_statistic(loss: Any, y_true: Any, y_pred: Any, mask: jax.Array
 
     ``None`` unless ``loss`` takes sparse labels. Padding rows (``mask`` False) never count.
     """
-    if not (isinstance(loss, SparseCategoricalCrossentropy) and _is_array(y_true)
+    if not (isinstance(_unwrapped(loss), SparseCategoricalCrossentropy) and _is_array(y_true)
             and _is_array(y_pred)):
         return None
     num_classes = y_pred.shape[-1]
@@ -263,3 +273,33 @@ def callback_list(callbacks: Any) -> list[Any]:
                 f"{callback.__name__}(...) instead of {callback.__name__}. Received: "
                 f"callbacks containing the class {callback.__name__}")
     return list(callbacks)
+
+
+def checked_seed(seed: Any) -> int:
+    """``seed`` as an int, or a clear error.
+
+    Raises:
+        TypeError: if ``seed`` is not an int.
+        ValueError: if it is negative.
+    """
+    if not is_int(seed):
+        raise TypeError(f"seed must be an int. Received: seed={seed!r}")
+    if seed < 0:
+        raise ValueError("seed must be a non-negative int (it seeds param init, dropout and "
+                         f"shuffling), e.g. seed=0. Received: seed={seed!r}")
+    return int(seed)
+
+
+def init_module(init: Callable[..., Any], module: Any, *args: Any) -> Any:
+    """``init(*args)``, turning an argument mismatch of ``module`` 's call into a clear error.
+
+    Raises:
+        TypeError: from `module_call_error` when ``module`` needs arguments mirrorfit does
+            not pass; any other error as raised.
+    """
+    try:
+        return init(*args)
+    except TypeError as err:
+        if (clear := module_call_error(module, err)) is None:
+            raise
+        raise clear from err

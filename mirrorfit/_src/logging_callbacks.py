@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from mirrorfit._src.callbacks import _HOOKS, Callback, StepCounter, check_save_freq
 
@@ -103,14 +104,14 @@ class TensorBoard(Callback):
             self._steps_since_write = 0
             step = int(jax.device_get(self.model.state.step))  # global, also after a resume
             for key in logs or {}:
-                if not key.startswith("_"):
+                if not key.startswith("_") and np.ndim(logs[key]) == 0:
                     self._writers["train"].add_scalar(f"batch_{key}", logs[key], step)
 
     def on_epoch_end(self, epoch, logs=None):
         if not self._writers:
             return
         for key, value in (logs or {}).items():
-            if key.startswith("_"):
+            if key.startswith("_") or np.ndim(value):  # scalars only; per-class arrays skip
                 continue
             if key.startswith("val_"):
                 self._writers["validation"].add_scalar(f"epoch_{key[4:]}", value, epoch)

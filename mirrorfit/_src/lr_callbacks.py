@@ -26,6 +26,14 @@ NO_LEARNING_RATE = (
 )
 
 
+SCHEDULED_LEARNING_RATE = (
+    "{name} cannot set the learning rate: the optimizer's learning_rate is an optax schedule, "
+    "which sets it again at every step, so the callback's value would be silently replaced. "
+    "Use a float learning_rate with this callback, or drop the callback and let the schedule "
+    "drive the rate. Received: an optimizer with a scheduled learning_rate"
+)
+
+
 def _is_lr_state(node: Any) -> bool:
     hyperparams = getattr(node, "hyperparams", None)
     return isinstance(hyperparams, dict) and "learning_rate" in hyperparams
@@ -49,8 +57,16 @@ def set_learning_rate(model, value: float, owner: str = "This callback") -> None
 
     The new value keeps the old leaf's dtype and mirrored sharding, so the compiled train
     step is reused as is.
+
+    Raises:
+        ValueError: if the optimizer has no injectable rate, or its rate is an optax schedule
+            (``optax.inject_hyperparams`` re-evaluates the schedule at every step).
     """
     get_learning_rate(model, owner)  # raises a clear error without an injectable rate
+    nodes = jax.tree.leaves(model.state.opt_state, is_leaf=_is_lr_state)
+    if any("learning_rate" in getattr(n, "hyperparams_states", {}) for n in nodes
+           if _is_lr_state(n)):
+        raise ValueError(SCHEDULED_LEARNING_RATE.format(name=owner))
 
     def replace(node):
         if not _is_lr_state(node):

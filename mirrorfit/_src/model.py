@@ -52,17 +52,12 @@ class Model(ModelVariables):
 
     def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
                  seed: int = 0):
-        if not is_int(seed):
-            raise TypeError(f"seed must be an int. Received: seed={seed!r}")
-        if seed < 0:
-            raise ValueError("seed must be a non-negative int (it seeds param init, dropout and "
-                             f"shuffling), e.g. seed=0. Received: seed={seed!r}")
         self._adapter = adapt(module)
         self.module = module
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
-        self.seed = int(seed)
+        self.seed = input_checks.checked_seed(seed)
         self._state: TrainState | None = None
         self._input_spec: Any = None
         self._trainer = Trainer(self._strategy, self._adapter)
@@ -143,12 +138,8 @@ class Model(ModelVariables):
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
-        try:
-            params, model_state = init(jax.random.PRNGKey(self.seed), sample)
-        except TypeError as err:
-            if (clear := input_checks.module_call_error(self.module, err)) is None:
-                raise
-            raise clear from err
+        params, model_state = input_checks.init_module(init, self.module,
+                                                       jax.random.PRNGKey(self.seed), sample)
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(
@@ -168,17 +159,24 @@ class Model(ModelVariables):
 
     # -- compile / fit / evaluate / predict -------------------------------------------------
 
-    def compile(self, optimizer: Any = "rmsprop", loss: Any = None,
-                metrics: Sequence[Any] | None = None, *, steps_per_execution: int = 1) -> None:
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
+                loss_weights: Any = None, weighted_metrics: Any = None, *,
+                steps_per_execution: int = 1) -> None:
         """Configures training, as ``keras.Model.compile``.
 
         Args:
             optimizer: an ``optax.GradientTransformation`` or a Keras name (``"adam"``,
                 ``"adamw"``, ``"sgd"``, ``"rmsprop"``), with Keras' default learning rates.
             loss: a callable ``(y_true, y_pred) -> per-example loss [batch]``, a
-                `mirrorfit.losses` object, or a Keras loss name.
+                `mirrorfit.losses` object, or a Keras loss name; for a module with several
+                outputs, a list (output order) or dict (output name) of them.
+            loss_weights: floats scaling each output's loss (list or dict like ``loss``),
+                or one float for a single loss. The total is their weighted sum.
             metrics: list of metric names (``"accuracy"``, ``"mae"``, ...), callables or
-                `mirrorfit.metrics.Metric` objects.
+                `mirrorfit.metrics.Metric` objects, weighted by the padding mask only; for
+                several outputs, one list per output (list of lists, or dict), or one list
+                for every output. Logged as ``<output>_<metric>``.
+            weighted_metrics: as ``metrics``, also weighted by ``sample_weight``.
             steps_per_execution: train steps fused into one device call (``lax.scan`` over
                 ``K`` global batches). Callbacks see the values at the end of each group.
 
@@ -186,10 +184,13 @@ class Model(ModelVariables):
             ValueError: for an unknown name or a non-positive ``steps_per_execution``.
             TypeError: for arguments of the wrong type.
         """
-        config = step_config(self._adapter, optimizer, loss, metrics)
+        config = step_config(self._adapter, optimizer, loss, metrics,
+                             loss_weights=loss_weights, weighted_metrics=weighted_metrics)
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
+                                "loss_weights": loss_weights,
+                                "weighted_metrics": weighted_metrics,
                                 "steps_per_execution": steps_per_execution}
         if self._state is not None:
             self._state = self._state._replace(opt_state=self._init_opt_state(self._state.params))
@@ -267,6 +268,8 @@ class Model(ModelVariables):
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split, validation_data=validation_data,
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch)
+        if isinstance(validation, data_adapters.ArrayDataAdapter):
+            self._check_input(validation.x, "validation_data")
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)

@@ -13,11 +13,12 @@ from collections.abc import Mapping
 import jax
 from tqdm.auto import tqdm
 
-from mirrorfit._src.callbacks import Callback
+from mirrorfit._src.callbacks import Callback, format_value
 
 
 def _format(logs: Mapping[str, float]) -> str:
-    return " - ".join(f"{key}: {logs[key]:.4f}" for key in logs if not key.startswith("_"))
+    return " - ".join(f"{key}: {format_value(logs[key])}" for key in logs
+                      if not key.startswith("_"))
 
 
 class ProgbarLogger(Callback):

@@ -265,7 +265,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask):
     if has_mask:
         specs.append(P(BATCH_AXIS))
 
-    def call(*dynamic):
+    def per_replica(*dynamic):
         values = iter(dynamic)
         leaves = []
         for kind, constant in kinds:
@@ -278,7 +278,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask):
         out = fn(*args, **kwargs)
         return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out)
 
-    return compile_per_replica(mesh, call, tuple(specs), P(BATCH_AXIS), masked=has_mask)
+    return compile_per_replica(mesh, per_replica, tuple(specs), P(BATCH_AXIS), masked=has_mask)
 
 
 def _check_axis(value: PerReplica, axis: int) -> int:

@@ -52,8 +52,9 @@ class StepConfig(NamedTuple):
 
     adapter: ModuleAdapter
     loss: Callable[[Any, Any], jax.Array]  # (y_true, y_pred) -> per-example loss [batch]
-    metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects
+    metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects, weighted by the mask only
     optimizer: optax.GradientTransformation
+    weighted_metrics: Sequence[Any] = ()  # metrics weighted by sample_weight (and the mask)
 
 
 def _masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:
@@ -73,7 +74,13 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch) -> d
     weight = _weight(batch)
     stats = {"loss": {"total": _masked_sum(per_example_loss, weight),
                       "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
-    for metric in cfg.metrics:
+    per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
+    for name, values in (per_output(y, y_pred) if per_output else {}).items():
+        stats[name] = _masked_sum(values, weight)
+    mask = batch.mask.astype(jnp.float32)
+    for metric in cfg.metrics:  # as Keras: `metrics` ignore sample_weight
+        stats[metric.name] = metric.update(y, y_pred, mask)
+    for metric in cfg.weighted_metrics:
         stats[metric.name] = metric.update(y, y_pred, weight)
     check = getattr(cfg.loss, "not_probabilities", None)
     flags = check(y_pred) if check is not None else None
@@ -86,10 +93,13 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch) -> d
 
 
 def results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
-    """Metric values from accumulated statistics: ``loss`` first, then each metric by name."""
+    """Metric values from accumulated statistics, in Keras' order: ``loss``, each
+    ``<output>_loss`` of a multi-output model, then each metric by name."""
     loss = stats["loss"]
-    logs = {"loss": loss["total"] / max(float(loss["count"]), 1.0)}
-    for metric in cfg.metrics:
+    count = max(float(loss["count"]), 1.0)
+    logs = {"loss": loss["total"] / count}
+    logs.update({name: stats[name] / count for name in getattr(cfg.loss, "loss_names", ())})
+    for metric in (*cfg.metrics, *cfg.weighted_metrics):
         logs[metric.name] = metric.result(stats[metric.name])
     return logs
 

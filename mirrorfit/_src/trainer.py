@@ -141,14 +141,19 @@ class Trainer:
             self._zeros = np.zeros(self._layout.size, np.float32)
         return self.strategy.replicate_arrays(self._zeros)
 
-    def _decode(self, statistics) -> dict[str, float]:
-        """Metric values (Python floats, loss first) from a statistics snapshot."""
+    def _decode(self, statistics) -> dict[str, Any]:
+        """Metric values (Python floats, loss first) from a statistics snapshot.
+
+        A metric with one value per class or threshold (e.g. ``F1Score(average=None)``)
+        gives a NumPy array, as Keras does.
+        """
         stats = self._layout.unflatten(np.asarray(self.strategy.fetch(statistics)))
         for key, message in steps_lib.statistics_warnings(self.config, stats).items():
             if key not in self._warned:  # once per fit (and per compile outside fit)
                 self._warned.add(key)
                 warnings.warn(message, MirrorfitWarning, stacklevel=5)
-        return {key: float(value) for key, value in steps_lib.results(self.config, stats).items()}
+        return {key: float(value) if np.ndim(value) == 0 else np.asarray(value)
+                for key, value in steps_lib.results(self.config, stats).items()}
 
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:

@@ -1,0 +1,78 @@
+"""Virtualenvs for the peer frameworks, created on first use, apart from mirrorfit's environment.
+
+Keras 3 and TensorFlow pull in hundreds of MB of dependencies (and TensorFlow pins its own
+NumPy and protobuf), so each peer gets its own virtualenv under a cache folder
+(``$MIRRORFIT_BENCH_PEERS``, else ``~/.cache/mirrorfit-bench/peers``), made with
+``python -m venv`` and pip from the interpreter that runs ``run.py``. A venv is ready when its
+marker file lists exactly the pins below; otherwise ``ensure`` (re)installs them. Keras 3 gets
+the same ``jax``/``jaxlib`` version as mirrorfit's environment, so both run the same XLA.
+"""
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MARKER = "mirrorfit-bench-pins.txt"  # written into a venv once its pins are installed
+PIP_TIMEOUT_S = 1800  # creating the TensorFlow venv downloads ~600 MB
+CASE_PEER = {"keras3": "keras3", "keras3_spe": "keras3", "tf_keras": "tf_keras"}  # case -> venv
+
+
+def pins(peer: str) -> list[str]:
+    """The pip requirements of ``peer`` (``"keras3"`` or ``"tf_keras"``), exact versions.
+
+    Raises:
+        ValueError: if ``peer`` is not a known peer.
+    """
+    if peer == "keras3":
+        return ["keras==3.15.1", *(f"{p}=={importlib.metadata.version(p)}" for p in ("jax", "jaxlib"))]
+    if peer == "tf_keras":
+        return ["tensorflow-cpu==2.21.0"]
+    raise ValueError(f"peer must be 'keras3' or 'tf_keras'. Received: peer={peer!r}")
+
+
+def default_root() -> Path:
+    """The cache folder holding one venv per peer."""
+    env = os.environ.get("MIRRORFIT_BENCH_PEERS")
+    return Path(env) if env else Path.home() / ".cache" / "mirrorfit-bench" / "peers"
+
+
+def python_of(root: Path, peer: str) -> Path:
+    """The interpreter of ``peer``'s venv under ``root`` (it may not exist yet)."""
+    return root / peer / "bin" / "python"
+
+
+def is_ready(root: Path, peer: str) -> bool:
+    """Whether ``peer``'s venv exists with exactly its current pins installed."""
+    marker = root / peer / MARKER
+    return (python_of(root, peer).exists() and marker.exists()
+            and marker.read_text().split() == pins(peer))
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    return " | ".join(ln.strip() for ln in text.strip().splitlines()[-lines:])[:400]
+
+
+def ensure(root: Path, peer: str) -> tuple[Path | None, str]:
+    """Returns ``(python, "")`` for ``peer``'s ready venv, creating it with pip if needed.
+
+    Creation prints its progress to stderr and can take minutes. On failure (no network, a
+    version not on the index) it returns ``(None, reason)`` with the last lines pip printed.
+    """
+    if is_ready(root, peer):
+        return python_of(root, peer), ""
+    venv = root / peer
+    steps = [[sys.executable, "-m", "venv", str(venv)]] if not python_of(root, peer).exists() else []
+    steps.append([str(python_of(root, peer)), "-m", "pip", "install", "--quiet", *pins(peer)])
+    for cmd in steps:
+        print(f"  creating the {peer} venv: {' '.join(cmd[-len(pins(peer)) - 1:])}",
+              file=sys.stderr, flush=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"venv creation timed out after {PIP_TIMEOUT_S} s"
+        if proc.returncode:
+            return None, f"venv creation failed: {_tail(proc.stderr or proc.stdout)}"
+    (venv / MARKER).write_text("\n".join(pins(peer)) + "\n")
+    return python_of(root, peer), ""

@@ -1,0 +1,1 @@
+"""Keras-compatible layers as ``flax.linen`` modules; public names in `mirrorfit.layers`."""

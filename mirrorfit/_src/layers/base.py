@@ -1,0 +1,197 @@
+"""`Layer`: the base of every ``mirrorfit.layers`` module, and the layer registry for configs.
+
+A `Layer` is a ``flax.linen`` module with Keras' layer surface:
+
+* ``trainable`` (settable after construction, as ``layer.trainable = False`` in Keras);
+* ``input_shape`` (``input_dim`` on Dense) on the first layer of a Sequential, as tf.keras tutorials
+  write it, instead of a leading `Input`;
+* ``dtype``: the compute dtype (``"float32"``, ``"bfloat16"``, ``"mixed_bfloat16"``, ...);
+  params are always created in float32 and cast for the computation;
+* ``__call__(..., training=False)``, Keras' training flag;
+* calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
+* ``get_config()`` / ``from_config()`` for architectures saved as JSON;
+* weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
+  when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
+  ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
+  ``sum(jax.tree.leaves(state["losses"]))`` to the loss, as Keras adds ``model.losses``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src import functional
+from mirrorfit._src.layers import activations, initializers, regularizers
+
+LOSSES = "losses"  # collection of sown regularization penalties (scalars)
+
+_REGISTRY: dict[str, type] = {}
+_CONSTRUCTION_ORDER = itertools.count()
+_COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
+                   "mixed_bfloat16": jnp.bfloat16, "mixed_float16": jnp.float16,
+                   "float64": jnp.float64}
+
+
+def register(cls: type) -> type:
+    """Class decorator: makes ``cls`` loadable from a config by its class name."""
+    _REGISTRY[cls.__name__] = cls
+    return cls
+
+
+def layer_class(class_name: str, custom_objects: dict[str, Any] | None = None) -> type:
+    """The layer class saved under ``class_name``; ``custom_objects`` first.
+
+    Raises:
+        ValueError: the class is neither a mirrorfit layer nor in ``custom_objects``.
+    """
+    if custom_objects and class_name in custom_objects:
+        return custom_objects[class_name]
+    if class_name in _REGISTRY:
+        return _REGISTRY[class_name]
+    raise ValueError(f"Unknown layer class {class_name!r}: pass it in custom_objects, e.g. "
+                     f"custom_objects={{{class_name!r}: {class_name}}}. "
+                     f"Received: class_name={class_name!r}")
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v) for v in value]
+    return value
+
+
+class Layer(nn.Module):
+    """Base class of Keras-style layers; see the module docstring.
+
+    Subclasses declare their Keras constructor arguments as dataclass fields and implement
+    ``__call__(self, inputs, training=False)``.
+    """
+
+    trainable: bool = dataclasses.field(default=True, kw_only=True)
+    dtype: Any = dataclasses.field(default=None, kw_only=True)
+    # tf.keras' legacy way to give a Sequential model its input shape (no batch axis).
+    input_shape: Any = dataclasses.field(default=None, kw_only=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__call__" in cls.__dict__:
+            call = cls.__dict__["__call__"]
+
+            @functools.wraps(call)
+            def symbolic_or_call(self, *args, **kw):
+                if functional.is_symbolic((args, kw)):
+                    return functional.symbolic_call(self, args, kw)
+                return call(self, *args, **kw)
+
+            cls.__call__ = symbolic_or_call
+
+    def __post_init__(self) -> None:
+        # Keras numbers default names ("dense", "dense_1", ...) in construction order.
+        object.__setattr__(self, "construction_index", next(_CONSTRUCTION_ORDER))
+        super().__post_init__()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Keras freezes a layer with `layer.trainable = False` after construction; Flax
+        # modules are frozen dataclasses, so this one field is set directly.
+        if name == "trainable":
+            object.__setattr__(self, name, bool(value))
+            return
+        super().__setattr__(name, value)
+
+    @property
+    def declared_input_shape(self) -> tuple[int, ...] | None:
+        """The ``input_shape`` given to the constructor (no batch axis), if any."""
+        return None if self.input_shape is None else tuple(self.input_shape)
+
+    # -- dtype ------------------------------------------------------------------------
+    @property
+    def compute_dtype(self) -> Any:
+        """The dtype of the computation (params stay float32)."""
+        if self.dtype is None:
+            return jnp.float32
+        name = getattr(self.dtype, "name", self.dtype)  # a Keras-like policy or a dtype
+        name = getattr(self.dtype, "compute_dtype", name)
+        if isinstance(name, str) and name in _COMPUTE_DTYPES:
+            return _COMPUTE_DTYPES[name]
+        try:
+            return jnp.dtype(name)
+        except TypeError as err:
+            raise ValueError(f"dtype must be one of {sorted(_COMPUTE_DTYPES)} or a dtype. "
+                             f"Received: dtype={self.dtype!r}") from err
+
+    def cast(self, x: Any) -> Any:
+        """Floating inputs cast to the compute dtype (Keras' autocast)."""
+        dtype = self.compute_dtype
+        return jax.tree.map(
+            lambda v: v.astype(dtype) if jnp.issubdtype(jnp.result_type(v), jnp.floating)
+            else v, x)
+
+    # -- weights ----------------------------------------------------------------------
+    def weight(self, name: str, initializer: Any, shape: tuple[int, ...],
+               regularizer: Any = None) -> jax.Array:
+        """Creates (or reads) float32 param ``name``, sows its penalty, casts it to compute."""
+        value = self.param(name, initializers.get(initializer), shape, jnp.float32)
+        penalty = regularizers.get(regularizer)
+        if penalty is not None and not self.is_initializing():
+            self.sow(LOSSES, f"{name}_regularizer", penalty(value))
+        return value.astype(self.compute_dtype)
+
+    def activity(self, outputs: jax.Array) -> jax.Array:
+        """Sows the activity penalty / batch size (as Keras 3's ``Layer.__call__``)."""
+        penalty = regularizers.get(getattr(self, "activity_regularizer", None))
+        if penalty is not None and not self.is_initializing():
+            loss = penalty(outputs.astype(jnp.float32))
+            self.sow(LOSSES, "activity_regularizer", loss / outputs.shape[0])
+        return outputs
+
+    def activation_fn(self, name: str = "activation") -> Any:
+        return activations.get(getattr(self, name))
+
+    # -- config -----------------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments as JSON-able values (as ``keras.layers.Layer.get_config``).
+
+        Raises:
+            ValueError: an argument (activation, initializer, regularizer) that has no JSON form.
+        """
+        config: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            if field.name == "parent":
+                continue
+            value = getattr(self, field.name)
+            if field.name.endswith("activation"):
+                value = activations.serialize(value)
+            elif field.name.endswith("regularizer"):
+                value = regularizers.serialize(value)
+            elif field.name.endswith("initializer"):
+                value = initializers.serialize(value)
+            elif field.name == "dtype" and value is not None and not isinstance(value, str):
+                value = jnp.dtype(getattr(value, "name", value)).name
+            config[field.name] = _to_json(value)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Layer:
+        """A layer from ``get_config()``'s output (regularizer configs become objects)."""
+        config = {k: regularizers.get(v) if k.endswith("regularizer") and isinstance(v, dict)
+                  else v for k, v in config.items()}
+        return cls(**config)
+
+
+def as_tuple(value: Any, n: int, name: str) -> tuple[int, ...]:
+    """An int or length-``n`` sequence as an ``n``-tuple (Keras' ``standardize_tuple``).
+
+    Raises:
+        ValueError: a sequence of the wrong length, or a non-int.
+    """
+    items = (value,) * n if isinstance(value, int) else tuple(value)
+    if len(items) != n or not all(isinstance(v, int) for v in items):
+        raise ValueError(f"{name} must be an int or a tuple of {n} ints. "
+                         f"Received: {name}={value!r}")
+    return items

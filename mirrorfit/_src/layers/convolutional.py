@@ -1,0 +1,272 @@
+"""Convolutions with Keras' defaults: ``padding="valid"``, channels_last, glorot_uniform kernels.
+
+Conv1D/2D/3D, Conv2DTranspose, DepthwiseConv2D and SeparableConv2D, as ``keras.layers``; on
+``jax.lax`` convolutions (XLA's ``"SAME"`` padding is TensorFlow's).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from mirrorfit._src.layers.base import Layer, as_tuple, register
+
+_SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+
+
+def _dimension_numbers(rank: int) -> tuple[str, str, str]:
+    s = _SPATIAL[rank]
+    return (f"N{s}C", f"{s}IO", f"N{s}C")
+
+
+def _check_data_format(data_format: Any) -> None:
+    if data_format not in (None, "channels_last"):
+        raise ValueError("Only data_format='channels_last' (inputs [batch, ..., channels]) is "
+                         "supported; transpose channels_first inputs with Permute. "
+                         f"Received: data_format={data_format!r}")
+
+
+def _padding(padding: str, rank: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
+             causal_ok: bool) -> Any:
+    mode = padding.lower() if isinstance(padding, str) else padding
+    if mode == "valid":
+        return "VALID"
+    if mode == "same":
+        return "SAME"
+    if mode == "causal" and causal_ok:
+        return [((k - 1) * d, 0) for k, d in zip(kernel, dilation)]
+    allowed = "'valid', 'same' or 'causal'" if causal_ok else "'valid' or 'same'"
+    raise ValueError(f"padding must be {allowed}. Received: padding={padding!r}")
+
+
+class _Conv(Layer):
+    """``activation(conv(inputs, kernel) + bias)``; kernel ``[*kernel_size, in / groups,
+    filters]``, as ``keras.layers.Conv{1,2,3}D``."""
+
+    rank: ClassVar[int]
+
+    filters: int
+    kernel_size: Any
+    strides: Any = 1
+    padding: str = "valid"
+    data_format: str | None = None
+    dilation_rate: Any = 1
+    groups: int = 1
+    activation: Any = None
+    use_bias: bool = True
+    kernel_initializer: Any = "glorot_uniform"
+    bias_initializer: Any = "zeros"
+    kernel_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        _check_data_format(self.data_format)
+        kernel_size = as_tuple(self.kernel_size, self.rank, "kernel_size")
+        strides = as_tuple(self.strides, self.rank, "strides")
+        dilation = as_tuple(self.dilation_rate, self.rank, "dilation_rate")
+        x = self.cast(inputs)
+        if x.ndim != self.rank + 2 or x.shape[-1] % self.groups:
+            raise ValueError(f"{type(self).__name__} expects inputs [batch, "
+                             f"{', '.join(_SPATIAL[self.rank])}, channels] with channels "
+                             f"divisible by groups={self.groups}. Received shape {x.shape}")
+        kernel = self.weight("kernel", self.kernel_initializer,
+                             (*kernel_size, x.shape[-1] // self.groups, self.filters),
+                             self.kernel_regularizer)
+        y = lax.conv_general_dilated(
+            x, kernel, strides, _padding(self.padding, self.rank, kernel_size, dilation,
+                                         self.rank == 1),
+            rhs_dilation=dilation, dimension_numbers=_dimension_numbers(self.rank),
+            feature_group_count=self.groups)
+        if self.use_bias:
+            y = y + self.weight("bias", self.bias_initializer, (self.filters,),
+                                self.bias_regularizer)
+        return self.activity(self.activation_fn()(y))
+
+
+@register
+class Conv1D(_Conv):
+    """1-D convolution: ``[batch, steps, channels] -> [batch, new_steps, filters]``;
+    ``padding`` also takes ``"causal"``."""
+
+    rank: ClassVar[int] = 1
+
+
+@register
+class Conv2D(_Conv):
+    """2-D convolution: ``[batch, rows, cols, channels] -> [batch, new_rows, new_cols,
+    filters]``, with ``new = ceil((n - (k - 1) * d) / s)`` for ``"valid"`` and
+    ``ceil(n / s)`` for ``"same"``."""
+
+    rank: ClassVar[int] = 2
+
+
+@register
+class Conv3D(_Conv):
+    """3-D convolution: ``[batch, d1, d2, d3, channels] -> [batch, n1, n2, n3, filters]``."""
+
+    rank: ClassVar[int] = 3
+
+
+def _transpose_padding(kernel: int, stride: int, dilation: int, padding: str,
+                       output_padding: int | None) -> tuple[int, int]:
+    """Keras' conversion of transposed-conv padding to JAX's (keras/src/backend/common/
+    backend_utils.py): output ``(n - 1) * s + max(k, s)`` for "valid", ``n * s`` for "same"."""
+    k = (kernel - 1) * dilation + 1
+    if padding == "valid":
+        extra = max(k, stride) - k if output_padding is None else output_padding
+        return k - 1, k - 1 + extra
+    total = stride + k - 2 if output_padding is None else k + k % 2 - 2 + output_padding
+    left = min(total // 2 + total % 2, k - 1)
+    return left, total - left
+
+
+@register
+class Conv2DTranspose(Layer):
+    """Transposed 2-D convolution, as ``keras.layers.Conv2DTranspose``.
+
+    Input ``[batch, rows, cols, channels]``; output ``[batch, (rows - 1) * s + max(k, s),
+    ..., filters]`` for ``"valid"``, ``[batch, rows * s, cols * s, filters]`` for ``"same"``.
+    Kernel ``[kh, kw, filters, channels]`` as Keras stores it.
+    """
+
+    filters: int
+    kernel_size: Any
+    strides: Any = 1
+    padding: str = "valid"
+    output_padding: Any = None
+    data_format: str | None = None
+    dilation_rate: Any = 1
+    activation: Any = None
+    use_bias: bool = True
+    kernel_initializer: Any = "glorot_uniform"
+    bias_initializer: Any = "zeros"
+    kernel_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        _check_data_format(self.data_format)
+        if self.padding not in ("valid", "same"):
+            raise ValueError(f"padding must be 'valid' or 'same'. Received: "
+                             f"padding={self.padding!r}")
+        kernel_size = as_tuple(self.kernel_size, 2, "kernel_size")
+        strides = as_tuple(self.strides, 2, "strides")
+        dilation = as_tuple(self.dilation_rate, 2, "dilation_rate")
+        out_pad = ((None, None) if self.output_padding is None
+                   else as_tuple(self.output_padding, 2, "output_padding"))
+        x = self.cast(inputs)
+        kernel = self.weight("kernel", self.kernel_initializer,
+                             (*kernel_size, self.filters, x.shape[-1]), self.kernel_regularizer)
+        pads = [_transpose_padding(k, s, d, self.padding, p)
+                for k, s, d, p in zip(kernel_size, strides, dilation, out_pad)]
+        y = lax.conv_transpose(x, kernel, strides, pads, rhs_dilation=dilation,
+                               dimension_numbers=_dimension_numbers(2), transpose_kernel=True)
+        if self.use_bias:
+            y = y + self.weight("bias", self.bias_initializer, (self.filters,),
+                                self.bias_regularizer)
+        return self.activity(self.activation_fn()(y))
+
+
+def _depthwise(x: jax.Array, kernel: jax.Array, strides, padding, dilation) -> jax.Array:
+    """Depthwise 2-D conv; ``kernel [kh, kw, channels, multiplier]`` gives output channel
+    ``c * multiplier + m``, as Keras."""
+    kh, kw, c, m = kernel.shape
+    return lax.conv_general_dilated(
+        x, kernel.reshape(kh, kw, 1, c * m), strides, padding, rhs_dilation=dilation,
+        dimension_numbers=_dimension_numbers(2), feature_group_count=c)
+
+
+@register
+class DepthwiseConv2D(Layer):
+    """Per-channel 2-D convolution, as ``keras.layers.DepthwiseConv2D``.
+
+    Input ``[batch, rows, cols, channels]``; output ``[batch, new_rows, new_cols,
+    channels * depth_multiplier]``. Weights ``depthwise_kernel [kh, kw, channels,
+    depth_multiplier]``, ``bias [channels * depth_multiplier]``.
+    """
+
+    kernel_size: Any
+    strides: Any = (1, 1)
+    padding: str = "valid"
+    depth_multiplier: int = 1
+    data_format: str | None = None
+    dilation_rate: Any = (1, 1)
+    activation: Any = None
+    use_bias: bool = True
+    depthwise_initializer: Any = "glorot_uniform"
+    bias_initializer: Any = "zeros"
+    depthwise_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        _check_data_format(self.data_format)
+        kernel_size = as_tuple(self.kernel_size, 2, "kernel_size")
+        dilation = as_tuple(self.dilation_rate, 2, "dilation_rate")
+        x = self.cast(inputs)
+        c = x.shape[-1]
+        kernel = self.weight("depthwise_kernel", self.depthwise_initializer,
+                             (*kernel_size, c, self.depth_multiplier),
+                             self.depthwise_regularizer)
+        y = _depthwise(x, kernel, as_tuple(self.strides, 2, "strides"),
+                       _padding(self.padding, 2, kernel_size, dilation, False), dilation)
+        if self.use_bias:
+            y = y + self.weight("bias", self.bias_initializer, (c * self.depth_multiplier,),
+                                self.bias_regularizer)
+        return self.activity(self.activation_fn()(y))
+
+
+@register
+class SeparableConv2D(Layer):
+    """Depthwise then 1x1 pointwise convolution, as ``keras.layers.SeparableConv2D``.
+
+    Input ``[batch, rows, cols, channels]``; output ``[batch, new_rows, new_cols, filters]``.
+    Weights ``depthwise_kernel [kh, kw, channels, depth_multiplier]``, ``pointwise_kernel
+    [1, 1, channels * depth_multiplier, filters]``, ``bias [filters]``.
+    """
+
+    filters: int
+    kernel_size: Any
+    strides: Any = (1, 1)
+    padding: str = "valid"
+    data_format: str | None = None
+    dilation_rate: Any = (1, 1)
+    depth_multiplier: int = 1
+    activation: Any = None
+    use_bias: bool = True
+    depthwise_initializer: Any = "glorot_uniform"
+    pointwise_initializer: Any = "glorot_uniform"
+    bias_initializer: Any = "zeros"
+    depthwise_regularizer: Any = None
+    pointwise_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        _check_data_format(self.data_format)
+        kernel_size = as_tuple(self.kernel_size, 2, "kernel_size")
+        dilation = as_tuple(self.dilation_rate, 2, "dilation_rate")
+        x = self.cast(inputs)
+        c = x.shape[-1]
+        depthwise = self.weight("depthwise_kernel", self.depthwise_initializer,
+                                (*kernel_size, c, self.depth_multiplier),
+                                self.depthwise_regularizer)
+        pointwise = self.weight("pointwise_kernel", self.pointwise_initializer,
+                                (1, 1, c * self.depth_multiplier, self.filters),
+                                self.pointwise_regularizer)
+        y = _depthwise(x, depthwise, as_tuple(self.strides, 2, "strides"),
+                       _padding(self.padding, 2, kernel_size, dilation, False), dilation)
+        y = jnp.einsum("...c,cf->...f", y, pointwise[0, 0])
+        if self.use_bias:
+            y = y + self.weight("bias", self.bias_initializer, (self.filters,),
+                                self.bias_regularizer)
+        return self.activity(self.activation_fn()(y))

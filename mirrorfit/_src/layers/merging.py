@@ -1,0 +1,46 @@
+"""Merging layers: Add, Multiply, Concatenate (as ``keras.layers``); they take a list."""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src.layers.base import Layer, register
+
+
+class _Merge(Layer):
+    def _inputs(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
+        if not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
+            raise ValueError(f"{type(self).__name__} takes a list of at least 2 tensors. "
+                             f"Received: inputs={inputs!r}")
+        return [self.cast(x) for x in inputs]
+
+
+@register
+class Add(_Merge):
+    """Element-wise sum of a list of same-shape tensors, as ``keras.layers.Add``."""
+
+    def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
+        return functools.reduce(operator.add, self._inputs(inputs))
+
+
+@register
+class Multiply(_Merge):
+    """Element-wise product of a list of same-shape tensors, as ``keras.layers.Multiply``."""
+
+    def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
+        return functools.reduce(operator.mul, self._inputs(inputs))
+
+
+@register
+class Concatenate(_Merge):
+    """Joins a list of tensors along ``axis`` (default -1), as ``keras.layers.Concatenate``."""
+
+    axis: int = -1
+
+    def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
+        return jnp.concatenate(self._inputs(inputs), axis=self.axis)

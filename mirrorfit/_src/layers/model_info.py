@@ -1,0 +1,82 @@
+"""Questions about a model module of ``mirrorfit.layers``: its layers, inputs and frozen params.
+
+These work on both a `FunctionalModule` and a `SequentialModule`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src.functional import FunctionalModule, KerasTensor
+from mirrorfit._src.sequential import SequentialModule
+
+
+def model_layers(module: nn.Module) -> list[tuple[str, Any]]:
+    """``(name, layer)`` of a `FunctionalModule` / `SequentialModule`, in Keras' order.
+
+    Raises:
+        TypeError: ``module`` is neither.
+    """
+    if isinstance(module, FunctionalModule):
+        return list(zip(module.graph.names, module.graph.layers))
+    if isinstance(module, SequentialModule):
+        return list(zip(module.stack.names, module.stack.layers))
+    raise TypeError("Expected a module from functional_module or sequential_module. "
+                    f"Received: module={type(module).__name__}")
+
+
+def get_layer(module: nn.Module, name: str) -> Any:
+    """The layer saved under ``name``, as ``keras.Model.get_layer``.
+
+    Raises:
+        ValueError: no layer has that name.
+    """
+    layers = dict(model_layers(module))
+    if name not in layers:
+        raise ValueError(f"No such layer: {name!r}. Existing layers are: {list(layers)}. "
+                         f"Received: name={name!r}")
+    return layers[name]
+
+
+def non_trainable_paths(module: nn.Module) -> list[tuple[str]]:
+    """Param-tree prefixes ``(layer_name,)`` of the layers with ``trainable=False``."""
+    return [(name,) for name, layer in model_layers(module)
+            if not getattr(layer, "trainable", True)]
+
+
+def trainable_mask(module: nn.Module, params: Any) -> Any:
+    """A bool pytree like ``params``: ``False`` under non-trainable layers (for
+    ``optax.masked`` / ``optax.set_to_zero`` freezing)."""
+    frozen = {p[0] for p in non_trainable_paths(module)}
+    return {k: jax.tree.map(lambda _, t=k not in frozen: t, v) for k, v in params.items()}
+
+
+def input_spec(module: nn.Module) -> Any:
+    """The model's `Input` tensors (the functional ``inputs`` structure, or a Sequential's
+    leading `Input`); ``None`` for a Sequential built without one."""
+    if isinstance(module, FunctionalModule):
+        return module.graph.inputs
+    if isinstance(module, SequentialModule):
+        return module.stack.input
+    raise TypeError("Expected a module from functional_module or sequential_module. "
+                    f"Received: module={type(module).__name__}")
+
+
+def sample_inputs(module: nn.Module, batch_size: int = 1) -> Any:
+    """Zero arrays shaped as `input_spec` with ``batch_size`` rows (for ``init``).
+
+    Raises:
+        ValueError: a Sequential without a leading `Input` (its input shape is unknown).
+    """
+    spec = input_spec(module)
+    if spec is None:
+        raise ValueError("This Sequential model has no Input layer; pass sample inputs or "
+                         "start the layer list with mirrorfit.layers.Input(shape).")
+
+    def zeros(t: KerasTensor):
+        return jnp.zeros((batch_size, *t.shape[1:]), t.dtype)
+    return jax.tree.map(zeros, spec)

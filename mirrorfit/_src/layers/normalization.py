@@ -1,0 +1,168 @@
+"""Normalization layers with Keras' names and defaults (``epsilon=1e-3``).
+
+BatchNormalization keeps ``gamma``/``beta`` in ``"params"`` and ``moving_mean``/
+``moving_variance`` in ``"batch_stats"``. In training each replica normalizes with its own
+batch statistics, as Keras under ``MirroredStrategy``; ``synchronized=True`` averages them
+over the replicas (mesh axis ``"batch"``) first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from mirrorfit._src.layers import initializers
+from mirrorfit._src.layers.base import Layer, register
+
+REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.strategy.BATCH_AXIS)
+BATCH_STATS = "batch_stats"
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(sorted(a % ndim for a in axes))
+
+
+def _normalize(x, mean, var, gamma, beta, epsilon):
+    y = (x - mean) * lax.rsqrt(var + epsilon)
+    if gamma is not None:
+        y = y * gamma
+    return y if beta is None else y + beta
+
+
+@register
+class BatchNormalization(Layer):
+    """``gamma * (x - mean) / sqrt(var + epsilon) + beta``, as
+    ``keras.layers.BatchNormalization``; any shape in and out.
+
+    In training (and ``trainable``) the batch's mean and (biased) variance over all axes but
+    ``axis`` are used, and ``moving = moving * momentum + batch * (1 - momentum)``; in
+    inference, or when ``trainable=False`` (Keras' frozen BatchNorm), the moving statistics.
+    """
+
+    axis: Any = -1
+    momentum: float = 0.99
+    epsilon: float = 1e-3
+    center: bool = True
+    scale: bool = True
+    beta_initializer: Any = "zeros"
+    gamma_initializer: Any = "ones"
+    moving_mean_initializer: Any = "zeros"
+    moving_variance_initializer: Any = "ones"
+    beta_regularizer: Any = None
+    gamma_regularizer: Any = None
+    synchronized: bool = False
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.cast(inputs)
+        feature_axes = _axes(self.axis, x.ndim)
+        shape = tuple(x.shape[a] for a in feature_axes)
+        bshape = tuple(x.shape[a] if a in feature_axes else 1 for a in range(x.ndim))
+        gamma = (self.weight("gamma", self.gamma_initializer, shape, self.gamma_regularizer)
+                 if self.scale else None)
+        beta = (self.weight("beta", self.beta_initializer, shape, self.beta_regularizer)
+                if self.center else None)
+        moving = {
+            name: self.variable(BATCH_STATS, name, lambda i=init: initializers.get(i)(
+                self.make_rng("params"), shape, jnp.float32))
+            for name, init in (("moving_mean", self.moving_mean_initializer),
+                               ("moving_variance", self.moving_variance_initializer))}
+        if training and self.trainable:
+            reduce_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
+            x32 = x.astype(jnp.float32)
+            mean = jnp.mean(x32, reduce_axes)
+            mean_sq = jnp.mean(jnp.square(x32), reduce_axes)
+            if self.synchronized and not self.is_initializing():
+                mean, mean_sq = lax.pmean((mean, mean_sq), REPLICA_AXIS)
+            var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
+            if not self.is_initializing():
+                m = self.momentum
+                moving["moving_mean"].value = moving["moving_mean"].value * m + mean * (1 - m)
+                moving["moving_variance"].value = (moving["moving_variance"].value * m
+                                                   + var * (1 - m))
+        else:
+            mean, var = moving["moving_mean"].value, moving["moving_variance"].value
+        cast = lambda v: None if v is None else v.reshape(bshape).astype(x.dtype)
+        return _normalize(x, cast(mean), cast(var), cast(gamma), cast(beta), self.epsilon)
+
+
+@register
+class LayerNormalization(Layer):
+    """Normalizes each example over ``axis`` (default the last), as
+    ``keras.layers.LayerNormalization``: ``gamma * (x - mean) / sqrt(var + epsilon) + beta``;
+    any shape in and out, ``gamma``/``beta`` of the ``axis`` dimensions."""
+
+    axis: Any = -1
+    epsilon: float = 1e-3
+    center: bool = True
+    scale: bool = True
+    beta_initializer: Any = "zeros"
+    gamma_initializer: Any = "ones"
+    beta_regularizer: Any = None
+    gamma_regularizer: Any = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.cast(inputs)
+        axes = _axes(self.axis, x.ndim)
+        shape = tuple(x.shape[a] for a in axes)
+        bshape = tuple(x.shape[a] if a in axes else 1 for a in range(x.ndim))
+        gamma = (self.weight("gamma", self.gamma_initializer, shape, self.gamma_regularizer)
+                 if self.scale else None)
+        beta = (self.weight("beta", self.beta_initializer, shape, self.beta_regularizer)
+                if self.center else None)
+        x32 = x.astype(jnp.float32)
+        mean = jnp.mean(x32, axes, keepdims=True)
+        var = jnp.var(x32, axes, keepdims=True)
+        cast = lambda v: None if v is None else v.reshape(bshape).astype(jnp.float32)
+        return _normalize(x32, mean, var, cast(gamma), cast(beta), self.epsilon).astype(x.dtype)
+
+
+@register
+class GroupNormalization(Layer):
+    """Normalizes each example over groups of channels, as ``keras.layers.GroupNormalization``.
+
+    Channels (``axis``, default last) split into ``groups`` groups; mean and variance over
+    the group's channels and all non-batch axes; ``gamma``/``beta`` per channel. Any shape
+    ``[batch, ..., channels]`` in and out.
+    """
+
+    groups: int = 32
+    axis: int = -1
+    epsilon: float = 1e-3
+    center: bool = True
+    scale: bool = True
+    beta_initializer: Any = "zeros"
+    gamma_initializer: Any = "ones"
+    beta_regularizer: Any = None
+    gamma_regularizer: Any = None
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.cast(inputs)
+        axis = self.axis % x.ndim
+        channels = x.shape[axis]
+        if channels % self.groups:
+            raise ValueError(f"The channel count {channels} must be divisible by groups. "
+                             f"Received: groups={self.groups}")
+        gamma = (self.weight("gamma", self.gamma_initializer, (channels,),
+                             self.gamma_regularizer) if self.scale else None)
+        beta = (self.weight("beta", self.beta_initializer, (channels,), self.beta_regularizer)
+                if self.center else None)
+        grouped = x.astype(jnp.float32).reshape(
+            *x.shape[:axis], self.groups, channels // self.groups, *x.shape[axis + 1:])
+        reduce_axes = tuple(a for a in range(1, grouped.ndim) if a != axis)
+        mean = jnp.mean(grouped, reduce_axes, keepdims=True)
+        var = jnp.var(grouped, reduce_axes, keepdims=True)
+        y = ((grouped - mean) * lax.rsqrt(var + self.epsilon)).reshape(x.shape)
+        bshape = tuple(channels if a == axis else 1 for a in range(x.ndim))
+        if gamma is not None:
+            y = y * gamma.reshape(bshape).astype(jnp.float32)
+        if beta is not None:
+            y = y + beta.reshape(bshape).astype(jnp.float32)
+        return y.astype(x.dtype)

@@ -1,0 +1,124 @@
+"""Pooling, as ``keras.layers``: Max/AveragePooling1D/2D and GlobalMax/GlobalAveragePooling1D/2D.
+
+``strides`` defaults to ``pool_size`` and ``padding`` to ``"valid"``. With ``"same"``,
+average pooling divides by the number of real (unpadded) entries, as TensorFlow does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src.layers.base import Layer, as_tuple, register
+
+
+class _Pooling(Layer):
+    rank: ClassVar[int]
+    is_max: ClassVar[bool]
+
+    pool_size: Any = 2
+    strides: Any = None
+    padding: str = "valid"
+    data_format: str | None = None
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        if self.data_format not in (None, "channels_last"):
+            raise ValueError("Only data_format='channels_last' is supported. "
+                             f"Received: data_format={self.data_format!r}")
+        if self.padding not in ("valid", "same"):
+            raise ValueError(f"padding must be 'valid' or 'same'. Received: "
+                             f"padding={self.padding!r}")
+        window = as_tuple(self.pool_size, self.rank, "pool_size")
+        strides = window if self.strides is None else as_tuple(self.strides, self.rank,
+                                                               "strides")
+        x = self.cast(inputs)
+        if self.is_max:
+            return nn.max_pool(x, window, strides, self.padding.upper())
+        return nn.avg_pool(x, window, strides, self.padding.upper(), count_include_pad=False)
+
+
+@register
+class MaxPooling1D(_Pooling):
+    """Max over windows: ``[batch, steps, channels] -> [batch, new_steps, channels]``."""
+
+    rank: ClassVar[int] = 1
+    is_max: ClassVar[bool] = True
+
+
+@register
+class AveragePooling1D(_Pooling):
+    """Mean over windows: ``[batch, steps, channels] -> [batch, new_steps, channels]``."""
+
+    rank: ClassVar[int] = 1
+    is_max: ClassVar[bool] = False
+
+
+@register
+class MaxPooling2D(_Pooling):
+    """Max over windows: ``[batch, rows, cols, channels] -> [batch, new_rows, new_cols,
+    channels]``, ``new = floor((n - pool) / stride) + 1`` ("valid") or ``ceil(n / stride)``."""
+
+    rank: ClassVar[int] = 2
+    is_max: ClassVar[bool] = True
+    pool_size: Any = (2, 2)
+
+
+@register
+class AveragePooling2D(_Pooling):
+    """Mean over windows: ``[batch, rows, cols, channels] -> [batch, new_rows, new_cols,
+    channels]``."""
+
+    rank: ClassVar[int] = 2
+    is_max: ClassVar[bool] = False
+    pool_size: Any = (2, 2)
+
+
+class _GlobalPooling(Layer):
+    rank: ClassVar[int]
+    is_max: ClassVar[bool]
+
+    data_format: str | None = None
+    keepdims: bool = False
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        if self.data_format not in (None, "channels_last"):
+            raise ValueError("Only data_format='channels_last' is supported. "
+                             f"Received: data_format={self.data_format!r}")
+        axes = tuple(range(1, 1 + self.rank))
+        reduce = jnp.max if self.is_max else jnp.mean
+        return reduce(self.cast(inputs), axis=axes, keepdims=self.keepdims)
+
+
+@register
+class GlobalAveragePooling1D(_GlobalPooling):
+    """Mean over steps: ``[batch, steps, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 1
+    is_max: ClassVar[bool] = False
+
+
+@register
+class GlobalMaxPooling1D(_GlobalPooling):
+    """Max over steps: ``[batch, steps, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 1
+    is_max: ClassVar[bool] = True
+
+
+@register
+class GlobalAveragePooling2D(_GlobalPooling):
+    """Mean over positions: ``[batch, rows, cols, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 2
+    is_max: ClassVar[bool] = False
+
+
+@register
+class GlobalMaxPooling2D(_GlobalPooling):
+    """Max over positions: ``[batch, rows, cols, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 2
+    is_max: ClassVar[bool] = True

@@ -1,0 +1,263 @@
+"""Recurrent layers with Keras' weight layout, on ``flax.linen.RNN``: LSTM, GRU, SimpleRNN.
+
+Each layer keeps its cell's weights under ``"cell"`` (Keras' ``lstm_cell`` etc.) with Keras'
+names and shapes: ``kernel [input_dim, gates * units]``, ``recurrent_kernel [units, gates *
+units]`` (orthogonal) and ``bias``. Gates are ordered as Keras: LSTM ``i, f, c, o``; GRU
+``z, r, h``. Input ``[batch, timesteps, features]``; output ``[batch, units]``, or ``[batch,
+timesteps, units]`` with ``return_sequences``; ``return_state`` appends the final states
+(LSTM ``h, c``; GRU and SimpleRNN ``h``), as a list like Keras.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src.layers import activations, initializers, regularizers
+from mirrorfit._src.layers.base import LOSSES, Layer, register
+
+
+@dataclasses.dataclass(frozen=True)
+class _CellSpec:
+    """What a cell needs from its layer (a plain object, so Flax does not adopt the layer)."""
+
+    units: int
+    gates: int
+    state_count: int
+    kernel_initializer: Any
+    recurrent_initializer: Any
+    bias_shape: tuple[int, ...] | None  # None: no bias
+    bias_init: Callable[..., jax.Array]
+    step: Callable[..., Any]  # (carry, x, kernel, recurrent, bias) -> (carry, h)
+    compute_dtype: Any
+
+
+class _Cell(nn.Module):
+    """One step ``(carry, x_t) -> (carry, h_t)`` with Keras' weight names."""
+
+    spec: _CellSpec
+
+    @nn.nowrap
+    def initialize_carry(self, rng: jax.Array, input_shape: tuple[int, ...]) -> Any:
+        zeros = jnp.zeros((*input_shape[:-1], self.spec.units), self.spec.compute_dtype)
+        return (zeros, zeros) if self.spec.state_count == 2 else zeros
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+    @nn.compact
+    def __call__(self, carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+        spec = self.spec
+        width = spec.gates * spec.units
+        kernel = self.param("kernel", initializers.get(spec.kernel_initializer),
+                            (x.shape[-1], width), jnp.float32)
+        recurrent = self.param("recurrent_kernel", initializers.get(spec.recurrent_initializer),
+                               (spec.units, width), jnp.float32)
+        bias = (None if spec.bias_shape is None else
+                self.param("bias", spec.bias_init, spec.bias_shape, jnp.float32))
+        cast = lambda w: None if w is None else w.astype(spec.compute_dtype)
+        return spec.step(carry, x, cast(kernel), cast(recurrent), cast(bias))
+
+
+class _RNN(Layer):
+    gate_count: ClassVar[int]
+    state_count: ClassVar[int] = 1
+
+    def step(self, carry, x, kernel, recurrent, bias):
+        raise NotImplementedError
+
+    @property
+    def bias_shape(self) -> tuple[int, ...]:
+        return (self.gate_count * self.units,)
+
+    def bias_init(self, key: jax.Array, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+        return initializers.get(self.bias_initializer)(key, shape, dtype)
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, training: bool = False,
+                 initial_state: Any = None) -> Any:
+        if not isinstance(self.units, int) or self.units <= 0:
+            raise ValueError(f"units must be a positive int. Received: units={self.units!r}")
+        x = self.cast(inputs)
+        if x.ndim != 3:
+            raise ValueError(f"{type(self).__name__} expects inputs [batch, timesteps, "
+                             f"features]. Received shape {x.shape}")
+        if training and 0 < self.dropout < 1:
+            # Keras' dropout: one mask per sequence, shared by all timesteps.
+            keep = jax.random.bernoulli(self.make_rng("dropout"), 1 - self.dropout,
+                                        (x.shape[0], 1, x.shape[2]))
+            x = jnp.where(keep, x / (1 - self.dropout), 0)
+        spec = _CellSpec(self.units, self.gate_count, self.state_count,
+                         self.kernel_initializer, self.recurrent_initializer,
+                         self.bias_shape if self.use_bias else None, self.bias_init, self.step,
+                         self.compute_dtype)
+        cell = _Cell(spec, name="cell")
+        carry = None
+        if initial_state is not None:
+            states = [s.astype(self.compute_dtype) for s in initial_state]
+            carry = tuple(states) if self.state_count == 2 else states[0]
+        final, outputs = nn.RNN(cell, return_carry=True, reverse=self.go_backwards,
+                                keep_order=False, name="rnn")(x, initial_carry=carry)
+        self._sow_penalties()
+        y = self.activity(outputs if self.return_sequences else outputs[:, -1])
+        if not self.return_state:
+            return y
+        return [y, *final] if self.state_count == 2 else [y, final]
+
+    def _sow_penalties(self) -> None:
+        weights = self.variables.get("params", {}).get("cell", {})
+        for name, reg in (("kernel", self.kernel_regularizer),
+                          ("recurrent_kernel", self.recurrent_regularizer),
+                          ("bias", self.bias_regularizer)):
+            penalty = regularizers.get(reg)
+            if penalty is not None and name in weights and not self.is_initializing():
+                self.sow(LOSSES, f"{name}_regularizer", penalty(weights[name]))
+
+
+_COMMON_DOC = """
+    Arguments as Keras: ``units``, ``activation="tanh"``, ``use_bias=True``,
+    ``kernel_initializer="glorot_uniform"``, ``recurrent_initializer="orthogonal"``,
+    ``bias_initializer="zeros"``, the three weight regularizers and ``activity_regularizer``,
+    ``dropout`` (one input mask per sequence), ``return_sequences``, ``return_state``,
+    ``go_backwards``. ``__call__(inputs, training=False, initial_state=None)``.
+"""
+
+
+@register
+class LSTM(_RNN):
+    """Long short-term memory, as ``keras.layers.LSTM``.
+
+    ``z = x @ kernel + h @ recurrent_kernel + bias``, split into ``i, f, c~, o``;
+    ``c = sig(f) * c + sig(i) * tanh(c~)``, ``h = sig(o) * tanh(c)`` (``sig`` is
+    ``recurrent_activation``). ``unit_forget_bias`` starts the forget bias at one.
+    """
+
+    __doc__ += _COMMON_DOC
+    gate_count: ClassVar[int] = 4
+    state_count: ClassVar[int] = 2
+
+    units: int
+    activation: Any = "tanh"
+    recurrent_activation: Any = "sigmoid"
+    use_bias: bool = True
+    kernel_initializer: Any = "glorot_uniform"
+    recurrent_initializer: Any = "orthogonal"
+    bias_initializer: Any = "zeros"
+    unit_forget_bias: bool = True
+    kernel_regularizer: Any = None
+    recurrent_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+    dropout: float = 0.0
+    return_sequences: bool = False
+    return_state: bool = False
+    go_backwards: bool = False
+
+    def bias_init(self, key, shape, dtype):
+        bias = super().bias_init(key, shape, dtype)
+        if self.unit_forget_bias:
+            bias = bias.at[self.units:2 * self.units].set(1.0)
+        return bias
+
+    def step(self, carry, x, kernel, recurrent, bias):
+        h, c = carry
+        z = x @ kernel + h @ recurrent
+        if bias is not None:
+            z = z + bias
+        i, f, g, o = jnp.split(z, 4, axis=-1)
+        gate = activations.get(self.recurrent_activation)
+        act = activations.get(self.activation)
+        c = gate(f) * c + gate(i) * act(g)
+        h = gate(o) * act(c)
+        return (h, c), h
+
+
+@register
+class GRU(_RNN):
+    """Gated recurrent unit, as ``keras.layers.GRU`` (``reset_after=True`` by default).
+
+    ``z, r = sig(x @ W_zr + b_zr + h @ U_zr + b'_zr)``; with ``reset_after``
+    ``h~ = tanh(x @ W_h + b_h + r * (h @ U_h + b'_h))`` and ``bias [2, 3 * units]``
+    (input and recurrent biases), else ``h~ = tanh(x @ W_h + b_h + (r * h) @ U_h)`` and
+    ``bias [3 * units]``; ``h = z * h + (1 - z) * h~``.
+    """
+
+    __doc__ += _COMMON_DOC
+    gate_count: ClassVar[int] = 3
+
+    units: int
+    activation: Any = "tanh"
+    recurrent_activation: Any = "sigmoid"
+    use_bias: bool = True
+    kernel_initializer: Any = "glorot_uniform"
+    recurrent_initializer: Any = "orthogonal"
+    bias_initializer: Any = "zeros"
+    kernel_regularizer: Any = None
+    recurrent_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+    dropout: float = 0.0
+    return_sequences: bool = False
+    return_state: bool = False
+    go_backwards: bool = False
+    reset_after: bool = True
+
+    @property
+    def bias_shape(self) -> tuple[int, ...]:
+        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
+
+    def step(self, h, x, kernel, recurrent, bias):
+        u = self.units
+        input_bias, recurrent_bias = ((bias[0], bias[1]) if bias is not None and
+                                      self.reset_after else (bias, None))
+        xw = x @ kernel if input_bias is None else x @ kernel + input_bias
+        gate = activations.get(self.recurrent_activation)
+        if self.reset_after:
+            hu = h @ recurrent if recurrent_bias is None else h @ recurrent + recurrent_bias
+            z = gate(xw[..., :u] + hu[..., :u])
+            r = gate(xw[..., u:2 * u] + hu[..., u:2 * u])
+            candidate = xw[..., 2 * u:] + r * hu[..., 2 * u:]
+        else:
+            hu = h @ recurrent[:, :2 * u]
+            z = gate(xw[..., :u] + hu[..., :u])
+            r = gate(xw[..., u:2 * u] + hu[..., u:])
+            candidate = xw[..., 2 * u:] + (r * h) @ recurrent[:, 2 * u:]
+        h = z * h + (1 - z) * activations.get(self.activation)(candidate)
+        return h, h
+
+
+@register
+class SimpleRNN(_RNN):
+    """Fully connected recurrence ``h = tanh(x @ kernel + bias + h @ recurrent_kernel)``, as
+    ``keras.layers.SimpleRNN``."""
+
+    __doc__ += _COMMON_DOC
+    gate_count: ClassVar[int] = 1
+
+    units: int
+    activation: Any = "tanh"
+    use_bias: bool = True
+    kernel_initializer: Any = "glorot_uniform"
+    recurrent_initializer: Any = "orthogonal"
+    bias_initializer: Any = "zeros"
+    kernel_regularizer: Any = None
+    recurrent_regularizer: Any = None
+    bias_regularizer: Any = None
+    activity_regularizer: Any = None
+    dropout: float = 0.0
+    return_sequences: bool = False
+    return_state: bool = False
+    go_backwards: bool = False
+
+    def step(self, h, x, kernel, recurrent, bias):
+        z = x @ kernel + h @ recurrent
+        if bias is not None:
+            z = z + bias
+        h = activations.get(self.activation)(z)
+        return h, h

@@ -1,0 +1,240 @@
+"""Multi-output models: per-output losses, loss weights and per-output metrics, as Keras 3.
+
+A module may return a tuple/list or a dict of outputs. ``compile`` then takes ``loss`` as a
+list or dict matching the outputs, ``loss_weights`` alike, and ``metrics`` /
+``weighted_metrics`` per output (a list of lists, or a dict). Output names are the dict keys,
+or ``output_1``, ``output_2``, ... for a list (tf.keras' names for unnamed outputs). Logs
+follow Keras: ``loss`` (the weighted total), ``<output>_loss`` and ``<output>_<metric>``.
+
+`MultiOutputLoss` is one per-example loss for the steps: the weighted sum of the outputs'
+per-example losses, so the total over the global batch is exactly the weighted sum of the
+per-output means, as on one device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src import losses as losses_lib
+from mirrorfit._src import metrics as metrics_lib
+from mirrorfit._src.checks import is_int
+
+SINGLE_LOSS_FOR_SEVERAL_OUTPUTS = (
+    "The loss {name!r} was given for a model with {count} outputs {names}, but a built-in loss "
+    "applies to one output. Pass one loss per output, as a list in output order or a dict by "
+    "output name, e.g. loss={example}. Received: loss={name!r}"
+)
+
+
+def _output_keys(spec: Any) -> list[Any]:
+    return list(spec) if isinstance(spec, Mapping) else list(range(len(spec)))
+
+
+def output_name(key: Any) -> str:
+    """The log name of an output: its dict key, or ``output_{i + 1}`` for list index ``i``."""
+    return f"output_{key + 1}" if is_int(key) else str(key)
+
+
+def select(tree: Any, key: Any) -> Any:
+    """Output ``key`` of a tuple/list or dict of outputs (or of targets)."""
+    return tree[key]
+
+
+def _per_output(spec: Any, keys: list[Any], what: str) -> dict[Any, Any]:
+    """``spec`` (a list in output order, or a dict by name) as a dict key -> entry."""
+    if isinstance(spec, Mapping):
+        unknown = sorted(map(str, set(spec) - set(keys)))
+        if unknown:
+            raise ValueError(f"{what} names outputs {unknown} that the loss does not have; "
+                             f"the outputs are {[output_name(k) for k in keys]}. Received: "
+                             f"{what}={dict(spec)!r}")
+        return dict(spec)
+    if len(spec) != len(keys):
+        raise ValueError(f"{what} must have one entry per output ({len(keys)}: "
+                         f"{[output_name(k) for k in keys]}). Received: {what} with "
+                         f"{len(spec)} entries")
+    return dict(zip(keys, spec))
+
+
+class MultiOutputLoss:
+    """The per-example loss of a multi-output model: ``sum_k w_k * loss_k(y[k], y_pred[k])``.
+
+    Args:
+        loss: a list (one per output, ``None`` for an output without a loss) or a dict by
+            output name of loss names, `mirrorfit.losses` objects or callables
+            ``(y_true, y_pred) -> [batch]``.
+        loss_weights: ``None`` (all 1.0), or a list/dict of floats like ``loss``.
+
+    Raises:
+        ValueError: if ``loss_weights`` does not match ``loss``, or every loss is ``None``.
+    """
+
+    name = "loss"
+
+    def __init__(self, loss: Sequence[Any] | Mapping[str, Any], loss_weights: Any = None):
+        self.keys = _output_keys(loss)
+        given = _per_output(loss, self.keys, "loss")
+        weights = {key: 1.0 for key in self.keys} if loss_weights is None else _per_output(
+            loss_weights, self.keys, "loss_weights")
+        self.losses = {key: fit_loss(fn) for key, fn in given.items() if fn is not None}
+        if not self.losses:
+            raise ValueError(f"loss must give a loss for at least one output. Received: "
+                             f"loss={loss!r}")
+        self.weights = {key: float(weights.get(key, 1.0)) for key in self.losses}
+        self._is_dict = isinstance(loss, Mapping)
+
+    @property
+    def loss_names(self) -> list[str]:
+        """The log names of the per-output losses, ``<output>_loss``, in output order."""
+        return [f"{output_name(key)}_loss" for key in self.losses]
+
+    def _check(self, y_pred: Any) -> None:
+        if isinstance(y_pred, Mapping) != self._is_dict or len(y_pred) != len(self.keys) or (
+                self._is_dict and set(y_pred) != set(self.keys)):
+            got = (sorted(y_pred) if isinstance(y_pred, Mapping) else
+                   f"{type(y_pred).__name__} of {len(y_pred)}" if isinstance(
+                       y_pred, (list, tuple)) else "one array")
+            raise ValueError(f"loss is given per output for outputs "
+                             f"{[output_name(k) for k in self.keys]}, but the model returns "
+                             f"{got}. Match loss to the model's outputs. Received: "
+                             f"model outputs {got}")
+
+    def per_output(self, y_true: Any, y_pred: Any) -> dict[str, jax.Array]:
+        """``{"<output>_loss": per-example loss [batch]}`` for every output with a loss."""
+        self._check(y_pred)
+        return {f"{output_name(key)}_loss": fn(select(y_true, key), select(y_pred, key))
+                for key, fn in self.losses.items()}
+
+    def __call__(self, y_true: Any, y_pred: Any) -> jax.Array:
+        """The weighted total per-example loss ``[batch]``."""
+        parts = self.per_output(y_true, y_pred)
+        return sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
+
+    def not_probabilities(self, y_pred: Any) -> jax.Array | None:
+        """Rows where any output's loss got outputs that are not probabilities, or ``None``."""
+        flags = [check(select(y_pred, key)) for key, fn in self.losses.items()
+                 if (check := getattr(fn, "not_probabilities", None)) is not None]
+        flags = [f for f in flags if f is not None]
+        return None if not flags else jnp.any(jnp.stack(flags), axis=0)
+
+
+FIT_REDUCTIONS = ("sum_over_batch_size", "mean", None, "none")
+"""Loss reductions ``fit`` honours: all mean the weighted mean over the global batch."""
+
+
+def fit_loss(loss: Any) -> Callable:
+    """``losses.get(loss)``, refusing a reduction that ``fit`` would not honour.
+
+    Raises:
+        ValueError: for a `mirrorfit.losses` object whose ``reduction`` is ``"sum"`` or
+            ``"mean_with_sample_weight"``.
+    """
+    fn = losses_lib.get(loss)
+    reduction = getattr(getattr(fn, "loss", None), "reduction", None)
+    if reduction not in FIT_REDUCTIONS:
+        raise ValueError(
+            f"In fit and evaluate the loss is the weighted mean over the global batch, summed "
+            f"over replicas and padding-exact (Keras' 'sum_over_batch_size'), so the loss "
+            f"{fn.name!r} cannot use reduction={reduction!r} there. Drop `reduction=` (scale "
+            f"the learning rate or use loss_weights instead). Received: reduction={reduction!r}")
+    return fn
+
+
+def single_loss(loss: Any) -> Callable:
+    """A loss for a model with one output; a built-in loss refuses several outputs."""
+    fn = fit_loss(loss)
+    if not isinstance(fn, losses_lib.PerExampleLoss):
+        return fn  # a custom callable may handle any output structure itself
+
+    def checked(y_true, y_pred):
+        if isinstance(y_pred, (list, tuple, Mapping)) and len(jax.tree.leaves(y_pred)) > 1:
+            names = [output_name(k) for k in _output_keys(y_pred)]
+            example = ([fn.name] * len(names) if not isinstance(y_pred, Mapping) else
+                       {n: fn.name for n in names})
+            raise ValueError(SINGLE_LOSS_FOR_SEVERAL_OUTPUTS.format(
+                name=fn.name, count=len(names), names=names, example=example))
+        return fn(y_true, y_pred)
+
+    checked.name = fn.name
+    checked.not_probabilities = fn.not_probabilities
+    checked.loss = fn.loss
+    return checked
+
+
+def scaled(fn: Callable, loss_weights: Any) -> Callable:
+    """A single loss times ``loss_weights`` (a float, or a list of one float; ``None``: 1).
+
+    Raises:
+        ValueError: for any other ``loss_weights``.
+    """
+    if isinstance(loss_weights, (list, tuple)) and len(loss_weights) == 1:
+        loss_weights = loss_weights[0]
+    if loss_weights is None:
+        return fn
+    if isinstance(loss_weights, bool) or not isinstance(loss_weights, (int, float)):
+        raise ValueError("loss_weights must be a float for a single loss, or a list/dict like a "
+                         f"per-output loss. Received: loss_weights={loss_weights!r}")
+    weight = float(loss_weights)
+
+    def weighted(y_true, y_pred):
+        return weight * fn(y_true, y_pred)
+
+    weighted.name = getattr(fn, "name", "loss")
+    weighted.not_probabilities = getattr(fn, "not_probabilities", lambda y_pred: None)
+    return weighted
+
+
+class OutputMetric:
+    """A metric of one output of a multi-output model, logged as ``<output>_<metric>``."""
+
+    def __init__(self, metric: Any, key: Any, prefix: str = ""):
+        self.metric = metric
+        self.key = key
+        self.name = f"{prefix}{output_name(key)}_{metric.name}"
+
+    def update(self, y_true: Any, y_pred: Any, sample_weight: jax.Array) -> Any:
+        return self.metric.update(select(y_true, key := self.key), select(y_pred, key),
+                                  sample_weight)
+
+    def result(self, stats: Any) -> Any:
+        return self.metric.result(stats)
+
+
+def metric_objects(metrics: Any, keys: list[Any] | None, argument: str) -> tuple[Any, ...]:
+    """``metrics``/``weighted_metrics`` as metric objects for the steps.
+
+    Args:
+        metrics: ``None``, a list (for every output), a list of lists (one per output), or a
+            dict by output name.
+        keys: the outputs' keys when the loss is given per output, else ``None``.
+        argument: the argument's name, for errors.
+
+    Raises:
+        TypeError: for a ``metrics`` that is neither a list nor a dict.
+        ValueError: for per-output metrics on a single-output loss, or names that clash.
+    """
+    if metrics is None:
+        return ()
+    if isinstance(metrics, str) or not isinstance(metrics, (Sequence, Mapping)):
+        raise TypeError(f"{argument} must be a list, e.g. {argument}=[\"accuracy\"], or one "
+                        f"list per output. Received: {argument}={metrics!r}")
+    per_output = isinstance(metrics, Mapping) or (
+        bool(metrics) and all(m is None or isinstance(m, (list, tuple)) for m in metrics))
+    if per_output and keys is None:
+        raise ValueError(f"{argument} is given per output, but loss is a single loss (one "
+                         f"output). Pass a flat list, e.g. {argument}=[\"accuracy\"]. "
+                         f"Received: {argument}={metrics!r}")
+    if keys is None:
+        return tuple(metrics_lib.get(m) for m in metrics)
+    given = _per_output(metrics, keys, argument) if per_output else {k: metrics for k in keys}
+    return tuple(OutputMetric(metrics_lib.get(m), key)
+                 for key in keys for m in (given.get(key) or []))
+
+
+def loss_keys(loss: Any) -> list[Any] | None:
+    """The output keys of a per-output ``loss`` (list or dict), ``None`` for a single loss."""
+    return _output_keys(loss) if isinstance(loss, (list, tuple, Mapping)) else None

@@ -1,0 +1,140 @@
+"""Keras' reduction metrics: ``Mean``, ``Sum`` and ``MeanMetricWrapper``.
+
+``Mean`` and ``Sum`` take values, not ``(y_true, y_pred)``: they are for custom loops
+(``train_loss = mf.metrics.Mean(); train_loss.update_state(per_replica_losses)``).
+``MeanMetricWrapper`` is the weighted mean of a per-example function of
+``(y_true, y_pred)``; most built-in metrics are one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from mirrorfit._src.metric import Metric, MetricFn, divide_no_nan, weighted_sum
+
+
+def _per_example(values: jax.Array) -> jax.Array:
+    """``[batch, ...]`` -> ``[batch]``: the mean over non-batch axes (Keras' samplewise)."""
+    values = jnp.asarray(values, jnp.float32)
+    return jnp.mean(values, axis=tuple(range(1, values.ndim)))
+
+
+class Mean(Metric):
+    """The weighted mean of the values seen, as ``keras.metrics.Mean``.
+
+    Values ``[batch, ...]`` are averaged per example, then weighted:
+    ``sum(w * v) / sum(w)``; statistics ``{"total", "count"}``.
+
+    Args:
+        name: key in the logs.
+
+    Example:
+        >>> import numpy as np
+        >>> m = Mean()
+        >>> m.update_state(np.array([1.0, 3.0]))
+        >>> m.update_state(np.array([5.0]), sample_weight=np.array([2.0]))
+        >>> float(m.result())
+        3.5
+    """
+
+    def __init__(self, name: str = "mean") -> None:
+        super().__init__(name)
+
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:  # type: ignore[override]
+        """Adds ``values`` (``[batch, ...]``, a scalar, or a `PerReplica`) to the mean."""
+        self._accumulate((values,), sample_weight)
+
+    def update(self, values: jax.Array, sample_weight: jax.Array) -> dict[str, jax.Array]:  # type: ignore[override]
+        """``{"total": sum(w * v), "count": sum(w)}`` with ``v`` the per-example means."""
+        weight = jnp.asarray(sample_weight, jnp.float32)
+        return {"total": weighted_sum(_per_example(values), weight), "count": jnp.sum(weight)}
+
+    def result(self, stats: Any = None) -> Any:
+        """``total / count`` (0 when ``count == 0``)."""
+        return divide_no_nan(stats["total"], stats["count"])
+
+
+class Sum(Metric):
+    """The weighted sum of the values seen, as ``keras.metrics.Sum``.
+
+    Values ``[batch, ...]`` are summed per example, then weighted: ``sum(w * v)``.
+
+    Args:
+        name: key in the logs.
+    """
+
+    def __init__(self, name: str = "sum") -> None:
+        super().__init__(name)
+
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:  # type: ignore[override]
+        """Adds ``values`` (``[batch, ...]``, a scalar, or a `PerReplica`) to the sum."""
+        self._accumulate((values,), sample_weight)
+
+    def update(self, values: jax.Array, sample_weight: jax.Array) -> dict[str, jax.Array]:  # type: ignore[override]
+        """``{"total": sum(w * v)}`` with ``v`` the per-example sums."""
+        values = jnp.asarray(values, jnp.float32)
+        values = jnp.sum(values, axis=tuple(range(1, values.ndim)))
+        return {"total": weighted_sum(values, jnp.asarray(sample_weight, jnp.float32))}
+
+    def result(self, stats: Any = None) -> Any:
+        """The total."""
+        return stats["total"]
+
+
+class MeanMetricWrapper(Metric):
+    """Weighted mean of a per-example function, as ``keras.metrics.MeanMetricWrapper``.
+
+    The value is ``sum(w * fn(y_true, y_pred)) / sum(w)`` over all examples seen,
+    where ``w`` is the sample weight; its statistics are ``{"total", "count"}``.
+
+    Args:
+        fn: ``fn(y_true, y_pred, **kwargs) -> [batch]`` per-example values; extra non-batch
+            axes (``[batch, ...]``) are averaged per example.
+        name: key of the metric in the logs; defaults to ``fn.__name__``.
+        **kwargs: passed to ``fn``; they are the metric's config.
+
+    Raises:
+        ValueError: (when updated) if ``fn`` reduced over the batch.
+
+    Example:
+        >>> def max_error(y_true, y_pred):
+        ...     return jnp.max(jnp.abs(y_true - y_pred), axis=-1)
+        >>> m = MeanMetricWrapper(max_error, name="max_error")
+    """
+
+    def __init__(self, fn: MetricFn, name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name or getattr(fn, "__name__", None) or type(fn).__name__)
+        self.fn = fn
+        self.fn_kwargs = kwargs
+
+    def update(self, y_true: jax.Array, y_pred: jax.Array,
+               sample_weight: jax.Array) -> dict[str, jax.Array]:
+        """``{"total": sum(w * v), "count": sum(w)}`` for ``v = fn(y_true, y_pred)``."""
+        values = jnp.asarray(self.fn(y_true, y_pred, **self.fn_kwargs), jnp.float32)
+        batch = sample_weight.shape[0]
+        if values.ndim == 0 or values.shape[0] != batch:
+            raise ValueError(
+                f"Metric {self.name!r} must return one value per example, shape "
+                f"[batch] = [{batch}]; do not reduce over the batch. "
+                f"Received: values of shape {values.shape}")
+        weight = jnp.asarray(sample_weight, jnp.float32)
+        return {"total": weighted_sum(_per_example(values), weight), "count": jnp.sum(weight)}
+
+    def result(self, stats: Any = None) -> Any:
+        """Returns ``total / count`` (0 when ``count == 0``)."""
+        return divide_no_nan(stats["total"], stats["count"])
+
+    def get_config(self) -> dict[str, Any]:
+        config = {"name": self.name, **self.fn_kwargs}
+        if type(self) is MeanMetricWrapper:
+            config["fn"] = self.fn
+        return config
+
+    def __getattr__(self, name: str) -> Any:
+        kwargs = self.__dict__.get("fn_kwargs", {})
+        if name in kwargs:  # e.g. metric.threshold, metric.k
+            return kwargs[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -1,0 +1,14 @@
+"""Weight and activity regularizers with ``tf.keras.regularizers`` names (``l2(0.01)``, ...)."""
+
+from mirrorfit._src.layers.regularizers import L1 as L1
+from mirrorfit._src.layers.regularizers import L1L2 as L1L2
+from mirrorfit._src.layers.regularizers import L2 as L2
+from mirrorfit._src.layers.regularizers import Regularizer as Regularizer
+from mirrorfit._src.layers.regularizers import get as get
+
+# Keras' lower-case aliases (keras.regularizers.l1 is the L1 class).
+l1 = L1
+l2 = L2
+l1_l2 = L1L2
+
+__all__ = ["L1", "L1L2", "L2", "Regularizer", "get", "l1", "l1_l2", "l2"]
