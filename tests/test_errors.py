@@ -7,6 +7,7 @@ params and able to train again; `_assert_still_usable` checks both after each ca
 import math
 
 import flax.linen as nn
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -393,6 +394,14 @@ class _NeedsMask(nn.Module):
         return nn.Dense(NUM_CLASSES)(x) * mask
 
 
+class _NnxNeedsMask(nnx.Module):
+    def __init__(self):
+        self.dense = nnx.Linear(NUM_FEATURES, NUM_CLASSES, rngs=nnx.Rngs(0))
+
+    def __call__(self, x, mask):
+        return self.dense(x) * mask
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(seed=-1), ValueError, r"seed must be a non-negative int.*Received: seed=-1"),
     (dict(seed="abc"), TypeError, r"seed must be an int. Received: seed='abc'"),
@@ -413,15 +422,17 @@ def test_int_input_shape_means_one_axis(input_shape, allclose):
     assert from_int.predict(X, verbose=0).shape == (N, 2)
 
 
-def test_module_needing_an_argument_mirrorfit_does_not_pass_says_what_is_passed():
+@pytest.mark.parametrize("module", [_NeedsMask, _NnxNeedsMask])
+def test_module_needing_an_argument_mirrorfit_does_not_pass_says_what_is_passed(module):
+    name = module.__name__
     with _strategy(2).scope():
-        with pytest.raises(TypeError, match=r"_NeedsMask could not be called with the arguments "
+        with pytest.raises(TypeError, match=rf"{name} cannot be called with the arguments "
                                             r"mirrorfit passes.*missing.*mask.*one positional "
                                             r"argument per model input.*train=True/False or "
-                                            r"training=True/False.*Received: _NeedsMask.__call__"
+                                            rf"training=True/False.*Received: {name}.__call__"
                                             r"\(self, x, mask\)"):
-            mf.Model(_NeedsMask(), input_shape=(NUM_FEATURES,))
-        model = mf.Model(_NeedsMask(), input_shape=((NUM_FEATURES,), (NUM_CLASSES,)))
+            mf.Model(module(), input_shape=(NUM_FEATURES,))
+        model = mf.Model(module(), input_shape=((NUM_FEATURES,), (NUM_CLASSES,)))
     assert model.predict((X, np.ones((N, NUM_CLASSES), np.float32)), verbose=0).shape == (
         N, NUM_CLASSES)
 

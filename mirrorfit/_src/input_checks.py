@@ -26,6 +26,7 @@ import numpy as np
 from mirrorfit._src.checks import is_int
 from mirrorfit._src.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
 from mirrorfit._src.loss import Loss, squeeze_or_expand_to_same_rank
+from mirrorfit._src.modules import call_inputs
 
 LABELS_OUT_OF_RANGE = "_labels_out_of_range"
 """Statistics key: float32 ``[2]``, ``[count, count * num_classes]`` of out-of-range labels.
@@ -101,8 +102,9 @@ def _check_targets(loss: Any, y_true: Any, y_pred: Any) -> None:
             f"The loss {name} expects integer class labels of shape {_dims(classes)} "
             f"(or with a trailing 1) for outputs of shape {_shape(y_pred)}, one score per "
             f"class.{hint} {received}")
-    labels, outputs = squeeze_or_expand_to_same_rank(jnp.zeros(y_true.shape),
-                                                      jnp.zeros(y_pred.shape))
+    labels, outputs = jax.eval_shape(squeeze_or_expand_to_same_rank,  # shapes only
+                                     jax.ShapeDtypeStruct(y_true.shape, jnp.float32),
+                                     jax.ShapeDtypeStruct(y_pred.shape, jnp.float32))
     if labels.shape != outputs.shape:
         hint = (" For integer class labels use loss=\"sparse_categorical_crossentropy\"."
                 if y_pred.ndim == y_true.ndim + 1 else "")
@@ -231,26 +233,37 @@ def check_not_nested_lists(value: Any, name: str) -> None:
             f"{type(value).__name__} of {len(value)} {type(value[0]).__name__}s")
 
 
-def module_call_error(module: Any, err: TypeError) -> TypeError | None:
-    """A clear error for a module whose ``__call__`` needs arguments mirrorfit does not pass.
+def check_module_call(module: Any, sample: Any) -> None:
+    """Raises a clear ``TypeError`` if ``module`` cannot be called as mirrorfit calls it.
 
-    Returns ``None`` when ``err`` is not about the call's arguments (re-raise it as is).
+    mirrorfit calls ``module(*inputs)`` (a tuple or list input unpacked), adding
+    ``train=``/``training=`` when ``__call__`` has such a parameter. The check binds that
+    call to ``__call__`` 's signature without running it, so it holds for linen and nnx
+    modules alike, before any parameter is created.
+
+    Args:
+        module: the Flax module.
+        sample: an example batch, as the model passes it.
+
+    Raises:
+        TypeError: naming the module and its signature, saying what mirrorfit passes.
     """
-    text = str(err)
-    if "argument" not in text or not any(word in text for word in ("missing", "takes",
-                                                                     "unexpected")):
-        return None
     try:
-        signature = f"__call__{inspect.signature(type(module).__call__)}"
-    except (TypeError, ValueError):
-        signature = "__call__ (signature unavailable)"
-    return TypeError(
-        f"The module {type(module).__name__} could not be called with the arguments mirrorfit "
-        f"passes ({text}). mirrorfit calls module(*inputs): one positional argument per model "
-        "input (a tuple or list input is unpacked, a dict is passed whole), plus train=True/"
-        "False or training=True/False when __call__ has a parameter of that name. Give every "
-        "other parameter a default, or make it a module attribute. Received: "
-        f"{type(module).__name__}.{signature}")
+        signature = inspect.signature(type(module).__call__)
+    except (TypeError, ValueError):  # no signature to check against
+        return
+    modes = {name: False for name in ("train", "training") if name in signature.parameters}
+    try:
+        signature.bind(module, *call_inputs(sample), **modes)
+    except TypeError as err:
+        name = type(module).__name__
+        raise TypeError(
+            f"The module {name} cannot be called with the arguments mirrorfit passes ({err}). "
+            "mirrorfit calls module(*inputs): one positional argument per model input (a "
+            "tuple or list input is unpacked, a dict is passed whole), plus train=True/False "
+            "or training=True/False when __call__ has a parameter of that name. Give every "
+            "other parameter a default, or make it a module attribute. Received: "
+            f"{name}.__call__{signature}") from None
 
 
 def callback_list(callbacks: Any) -> list[Any]:
@@ -289,17 +302,3 @@ def checked_seed(seed: Any) -> int:
                          f"shuffling), e.g. seed=0. Received: seed={seed!r}")
     return int(seed)
 
-
-def init_module(init: Callable[..., Any], module: Any, *args: Any) -> Any:
-    """``init(*args)``, turning an argument mismatch of ``module`` 's call into a clear error.
-
-    Raises:
-        TypeError: from `module_call_error` when ``module`` needs arguments mirrorfit does
-            not pass; any other error as raised.
-    """
-    try:
-        return init(*args)
-    except TypeError as err:
-        if (clear := module_call_error(module, err)) is None:
-            raise
-        raise clear from err

@@ -138,8 +138,8 @@ class Model(ModelVariables):
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
-        params, model_state = input_checks.init_module(init, self.module,
-                                                       jax.random.PRNGKey(self.seed), sample)
+        input_checks.check_module_call(self.module, sample)
+        params, model_state = init(jax.random.PRNGKey(self.seed), sample)
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(
