@@ -8,6 +8,7 @@ per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 from mirrorfit import callbacks as callbacks
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
+from mirrorfit import mixed_precision as mixed_precision
 from mirrorfit import optimizers as optimizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
@@ -49,6 +50,7 @@ __all__ = [
     "scale_regularization_loss",
     "losses",
     "metrics",
+    "mixed_precision",
     "optimizers",
     "utils",
 ]

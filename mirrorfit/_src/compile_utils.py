@@ -10,6 +10,7 @@ from typing import Any
 
 from mirrorfit._src import multi_output
 from mirrorfit._src import optimizers as optimizers_lib
+from mirrorfit._src.loss_scale import LossScaleOptimizer
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.steps import StepConfig
 
@@ -23,8 +24,12 @@ class _Renamed:
 
 
 def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any = None, *,
-                loss_weights: Any = None, weighted_metrics: Any = None) -> StepConfig:
+                loss_weights: Any = None, weighted_metrics: Any = None,
+                scale_loss: bool = False) -> StepConfig:
     """The `StepConfig` for ``Model.compile(optimizer, loss, metrics, ...)``.
+
+    With ``scale_loss`` (``"mixed_float16"``), the optimizer is wrapped in a
+    `LossScaleOptimizer` unless it is one already, as Keras' ``compile`` does.
 
     Raises:
         ValueError: for a missing loss, an unknown name, per-output arguments that do not
@@ -35,6 +40,8 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
         raise ValueError("compile needs a loss, e.g. loss=\"sparse_categorical_crossentropy\"."
                          " Received: loss=None")
     tx = optimizers_lib.get(optimizer)
+    if scale_loss and not isinstance(tx, LossScaleOptimizer):
+        tx = LossScaleOptimizer(tx)
     keys = multi_output.loss_keys(loss)
     if keys is None:
         loss_fn = multi_output.scaled(multi_output.single_loss(loss), loss_weights)

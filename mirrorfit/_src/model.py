@@ -9,7 +9,6 @@ holds no training logic of its own.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,8 +17,9 @@ import jax.numpy as jnp
 
 from mirrorfit._src import data_adapters
 from mirrorfit._src import input_checks, input_spec
+from mirrorfit._src import mixed_precision
 from mirrorfit._src.callbacks import Callback, History
-from mirrorfit._src.checks import is_int, positive_int, verbosity
+from mirrorfit._src.checks import positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
 from mirrorfit._src.modules import adapt, sequential
 from mirrorfit._src.state import TrainState, create_state, require_state
@@ -40,6 +40,9 @@ class Model(ModelVariables):
             otherwise on the first batch.
         input_dtype: dtype of the example input used to create the params.
         seed: seeds param init, dropout (per step and replica) and shuffling.
+        dtype_policy: a `mirrorfit.mixed_precision.Policy` or its name (e.g.
+            ``"mixed_bfloat16"``); ``None``: the global policy
+            (`mirrorfit.mixed_precision.global_policy`) at construction.
 
     Params are created replicated (``NamedSharding(mesh, P())``) on the devices of the
     strategy active at construction (`mirrorfit.get_strategy`).
@@ -47,12 +50,13 @@ class Model(ModelVariables):
     Raises:
         TypeError: if ``module`` is not a Flax module, ``seed`` is not an int, or the
             module's ``__call__`` needs arguments mirrorfit does not pass.
-        ValueError: if ``seed`` is negative.
+        ValueError: if ``seed`` is negative, or for an unknown policy name.
     """
 
     def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
-                 seed: int = 0):
-        self._adapter = adapt(module)
+                 seed: int = 0, dtype_policy: str | mixed_precision.Policy | None = None):
+        self.dtype_policy = mixed_precision.get(dtype_policy)
+        self._adapter = mixed_precision.with_policy(adapt(module), self.dtype_policy)
         self.module = module
         self._strategy = get_strategy()
         warn_if_outside_scope()
@@ -123,17 +127,13 @@ class Model(ModelVariables):
         return self._state is not None
 
     def build(self, input_shape: Any) -> None:
-        """Creates the params for examples of ``input_shape`` (no batch dimension).
-
-        An int means one axis: ``input_shape=8`` is ``(8,)``.
+        """Creates the params for examples of ``input_shape`` (no batch dimension; 8 is (8,)).
 
         Raises:
-            TypeError: if ``input_shape`` is not an int, a tuple of ints or a dict/list of
-                them.
+            TypeError: if ``input_shape`` is not an int, tuple of ints or dict/list of them.
         """
-        if is_int(input_shape):
-            input_shape = (int(input_shape),)
-        self._build_from(input_spec.example_batch(input_shape, self._input_dtype))
+        shape = input_checks.example_shape(input_shape)
+        self._build_from(input_spec.example_batch(shape, self._input_dtype))
 
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
@@ -161,7 +161,7 @@ class Model(ModelVariables):
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
-                steps_per_execution: int = 1) -> None:
+                steps_per_execution: int = 1, auto_scale_loss: bool = True) -> None:
         """Configures training, as ``keras.Model.compile``.
 
         Args:
@@ -179,13 +179,17 @@ class Model(ModelVariables):
             weighted_metrics: as ``metrics``, also weighted by ``sample_weight``.
             steps_per_execution: train steps fused into one device call (``lax.scan`` over
                 ``K`` global batches). Callbacks see the values at the end of each group.
+            auto_scale_loss: under the ``"mixed_float16"`` policy, wrap the optimizer in a
+                `mirrorfit.optimizers.LossScaleOptimizer` (as Keras' ``compile``).
 
         Raises:
             ValueError: for an unknown name or a non-positive ``steps_per_execution``.
             TypeError: for arguments of the wrong type.
         """
-        config = step_config(self._adapter, optimizer, loss, metrics,
-                             loss_weights=loss_weights, weighted_metrics=weighted_metrics)
+        config = step_config(
+            self._adapter, optimizer, loss, metrics, loss_weights=loss_weights,
+            weighted_metrics=weighted_metrics,
+            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
@@ -217,10 +221,8 @@ class Model(ModelVariables):
             with_targets=with_targets)
         if isinstance(data, data_adapters.ArrayDataAdapter):
             self._check_input(data.x)
-        elif self._state is None:
-            raise ValueError(input_checks.NOT_BUILT.format(kind=type(x).__name__))
-        else:  # every batch is checked against the built model's input shapes
-            data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
+        else:  # an iterable: each batch is checked against the built model's input shapes
+            data.check_input = input_checks.iterable_input_check(self._input_spec, x)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,

@@ -38,6 +38,7 @@ from jax.flatten_util import ravel_pytree
 
 from mirrorfit._src import input_checks
 from mirrorfit._src.batch import Batch
+from mirrorfit._src.loss_scale import LossScaleOptimizer, all_finite
 from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
 from mirrorfit._src.mesh import BATCH_AXIS
 from mirrorfit._src.modules import ModuleAdapter
@@ -45,6 +46,10 @@ from mirrorfit._src.state import TrainState, step_rng
 
 NOT_PROBABILITIES = "_not_probabilities"
 """Statistics key: count of examples whose outputs were not probabilities."""
+NON_FINITE = "_non_finite"
+"""Statistics key (loss scaling): replicas whose gradients were not all finite, summed."""
+LOSS_SCALE = "_loss_scale"
+"""Statistics key (loss scaling): the loss scale after the newest train step (not a sum)."""
 
 
 class StepConfig(NamedTuple):
@@ -89,6 +94,8 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch) -> d
     out_of_range = input_checks.label_range_statistic(cfg.loss, y, y_pred, batch.mask)
     if out_of_range is not None:
         stats[input_checks.LABELS_OUT_OF_RANGE] = out_of_range
+    if isinstance(cfg.optimizer, LossScaleOptimizer):  # set by the train step; 0 elsewhere
+        stats[NON_FINITE] = stats[LOSS_SCALE] = jnp.zeros((), jnp.float32)
     return stats
 
 
@@ -101,6 +108,8 @@ def results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
     logs.update({name: stats[name] / count for name in getattr(cfg.loss, "loss_names", ())})
     for metric in (*cfg.metrics, *cfg.weighted_metrics):
         logs[metric.name] = metric.result(stats[metric.name])
+    if stats.get(LOSS_SCALE, 0) > 0:  # train statistics under loss scaling
+        logs["loss_scale"] = stats[LOSS_SCALE]
     return logs
 
 
@@ -148,6 +157,16 @@ class StatsLayout(NamedTuple):
         return jax.tree.unflatten(self.treedef, leaves)
 
 
+def _index(stats: dict, key: str) -> int:
+    """Where the top-level statistic ``key`` starts in `_flat`'s vector of ``stats``."""
+    offset = 0
+    for path, leaf in jax.tree_util.tree_flatten_with_path(stats)[0]:
+        if path == (jax.tree_util.DictKey(key),):
+            return offset
+        offset += math.prod(np.shape(leaf))
+    raise KeyError(key)
+
+
 def _mean_model_state(model_state):
     """Averages float collections (e.g. batch_stats) across replicas so they stay mirrored."""
     return jax.tree.map(
@@ -164,22 +183,39 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
     on one device with the whole batch. Gradients, counts and metric statistics travel in
     one all-reduce. With ``skip_empty``, a batch with no real rows (filler at the end of a
     ``steps_per_execution`` group) leaves the state unchanged.
+
+    With a `LossScaleOptimizer`, the differentiated sum is multiplied by the loss scale over
+    the global batch size (so the scale means what it means in Keras, which scales the mean
+    loss), and
+    each replica's "gradients not all finite" flag travels in the same all-reduce (one
+    statistics entry). If any replica had a non-finite gradient, every replica skips the
+    update: params, other collections and the inner optimizer state stay as they were, the
+    scale halves (`LossScaleOptimizer.handle_non_finite_grads`) and ``step`` advances.
     """
+    scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
     def step(state: TrainState, statistics: jax.Array, batch: Batch):
         rng = step_rng(state, lax.axis_index(BATCH_AXIS))
+        # Keras scales the mean loss over the global batch (its rows, padding included).
+        global_rows = batch.mask.shape[0] * lax.axis_size(BATCH_AXIS)
 
         def objective(params):
             y_pred, model_state = cfg.adapter.apply(
                 params, state.model_state, batch.x, train=True, rng=rng
             )
             per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
-            return _masked_sum(per_example, _weight(batch)), (y_pred, per_example, model_state)
+            total = _masked_sum(per_example, _weight(batch))
+            if scaler is not None:
+                total = scaler.scale_loss(total * (1.0 / global_rows), state.opt_state)
+            return total, (y_pred, per_example, model_state)
 
         local_grads, (y_pred, per_example, model_state) = jax.grad(objective, has_aux=True)(
             state.params
         )
-        stats, unflatten = _flat(_statistics(cfg, batch.y, y_pred, per_example, batch))
+        local_stats = _statistics(cfg, batch.y, y_pred, per_example, batch)
+        if scaler is not None:
+            local_stats[NON_FINITE] = 1.0 - all_finite(local_grads).astype(jnp.float32)
+        stats, unflatten = _flat(local_stats)
         grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
         count = unflatten(stats)["loss"]["count"]
         model_state = _mean_model_state(model_state)
@@ -187,9 +223,10 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         def update(state: TrainState) -> TrainState:
             # A multiply, not a divide: XLA duplicates it into each consumer (the moment
             # updates), where a divide would be one more kernel per gradient leaf.
-            scale = 1.0 / jnp.maximum(count, 1.0)
+            scale = (1.0 if scaler is None else global_rows) / jnp.maximum(count, 1.0)
             grads = jax.tree.map(lambda g: g * scale, grad_sum)
-            updates, opt_state = cfg.optimizer.update(grads, state.opt_state, state.params)
+            update_fn = cfg.optimizer.update if scaler is None else scaler.handle_finite_grads
+            updates, opt_state = update_fn(grads, state.opt_state, state.params)
             return TrainState(
                 params=optax.apply_updates(state.params, updates),
                 model_state=model_state,
@@ -198,14 +235,27 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
                 rng=state.rng,
             )
 
+        def skip(state: TrainState) -> TrainState:  # a non-finite gradient on some replica
+            return state._replace(opt_state=scaler.handle_non_finite_grads(state.opt_state),
+                                  step=state.step + 1)
+
+        def update_if_finite(state: TrainState) -> TrainState:
+            if scaler is None:
+                return update(state)
+            return lax.cond(unflatten(stats)[NON_FINITE] == 0, update, skip, state)
+
         if skip_empty:
             # A branch, not a select between new and old state: a select would read and write
-            # all params and optimizer state once more on every step. ``count`` is
-            # all-reduced, so every replica takes the same branch.
-            new_state = lax.cond(count > 0, update, lambda state: state, state)
+            # all params and optimizer state once more on every step. ``count`` and the
+            # finite flags are all-reduced, so every replica takes the same branch.
+            new_state = lax.cond(count > 0, update_if_finite, lambda state: state, state)
         else:
-            new_state = update(state)
-        return new_state, statistics + stats
+            new_state = update_if_finite(state)
+        statistics = statistics + stats
+        if scaler is not None:  # the newest scale, not a sum
+            statistics = statistics.at[_index(local_stats, LOSS_SCALE)].set(
+                new_state.opt_state.dynamic_scale)
+        return new_state, statistics
 
     return step
 
