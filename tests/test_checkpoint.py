@@ -147,7 +147,7 @@ def test_crash_mid_save_leaves_previous_checkpoint_loadable(tmp_path, monkeypatc
 
     async def crash(self, item, directory):
         (directory / "metadata").write_text('{"format": "mirrorfit-check')  # half written
-        raise OSError("simulated crash while writing the checkpoint")
+        raise RuntimeError("simulated crash while writing the checkpoint")
 
     with monkeypatch.context() as patch:
         patch.setattr(ocp.JsonCheckpointHandler, "_save_fn", crash)

@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src import data_adapters
-from mirrorfit._src import input_spec
+from mirrorfit._src import input_checks, input_spec
 from mirrorfit._src import mixed_precision
 from mirrorfit._src.callbacks import Callback, History
-from mirrorfit._src.checks import is_int, positive_int, verbosity
+from mirrorfit._src.checks import positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
 from mirrorfit._src.model_calls import ModelCalls
 from mirrorfit._src.model_hooks import ModelHooks, overridden, step_hooks
@@ -50,21 +50,20 @@ class Model(ModelHooks, ModelCalls, ModelVariables):
     strategy active at construction (`mirrorfit.get_strategy`).
 
     Raises:
-        TypeError: if ``module`` is not a Flax module, or ``seed`` is not an int.
-        ValueError: for an unknown policy name.
+        TypeError: if ``module`` is not a Flax module, ``seed`` is not an int, or the
+            module's ``__call__`` needs arguments mirrorfit does not pass.
+        ValueError: if ``seed`` is negative, or for an unknown policy name.
     """
 
     def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
                  seed: int = 0, dtype_policy: str | mixed_precision.Policy | None = None):
-        if not is_int(seed):
-            raise TypeError(f"seed must be an int. Received: seed={seed!r}")
         self.dtype_policy = mixed_precision.get(dtype_policy)
         self._adapter = mixed_precision.with_policy(adapt(module), self.dtype_policy)
         self.module = module
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
-        self.seed = int(seed)
+        self.seed = input_checks.checked_seed(seed)
         self._state: TrainState | None = None
         self._input_spec: Any = None
         self._trainer = Trainer(self._strategy, self._adapter)
@@ -130,16 +129,18 @@ class Model(ModelHooks, ModelCalls, ModelVariables):
         return self._state is not None
 
     def build(self, input_shape: Any) -> None:
-        """Creates the params for examples of ``input_shape`` (no batch dimension).
+        """Creates the params for examples of ``input_shape`` (no batch dimension; 8 is (8,)).
 
         Raises:
-            TypeError: if ``input_shape`` is not a tuple of ints or a dict/list of them.
+            TypeError: if ``input_shape`` is not an int, tuple of ints or dict/list of them.
         """
-        self._build_from(input_spec.example_batch(input_shape, self._input_dtype))
+        shape = input_checks.example_shape(input_shape)
+        self._build_from(input_spec.example_batch(shape, self._input_dtype))
 
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
+        input_checks.check_module_call(self.module, sample)
         params, model_state = init(jax.random.PRNGKey(self.seed), sample)
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
@@ -225,6 +226,9 @@ class Model(ModelHooks, ModelCalls, ModelVariables):
         if check:  # fit checks them with its other settings, in one all-gather
             self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
+        if not isinstance(data, data_adapters.ArrayDataAdapter):
+            # each later batch is checked against the built model's input shapes
+            data.check_input = input_checks.iterable_input_check(self._input_spec, x)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,

@@ -37,6 +37,7 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
+from mirrorfit._src import input_checks
 from mirrorfit._src.batch import Batch
 from mirrorfit._src.loss_scale import LossScaleOptimizer, all_finite
 from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
@@ -100,6 +101,9 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch,
     flags = check(y_pred) if check is not None else None
     if flags is not None:
         stats[NOT_PROBABILITIES] = jnp.sum(jnp.logical_and(flags, batch.mask), dtype=jnp.float32)
+    out_of_range = input_checks.label_range_statistic(cfg.loss, y, y_pred, batch.mask)
+    if out_of_range is not None:
+        stats[input_checks.LABELS_OUT_OF_RANGE] = out_of_range
     if isinstance(cfg.optimizer, LossScaleOptimizer):  # set by the train step; 0 elsewhere
         stats[NON_FINITE] = stats[LOSS_SCALE] = jnp.zeros((), jnp.float32)
     return stats
@@ -125,12 +129,19 @@ def results(cfg: StepConfig, stats: dict, kind: str = "train") -> dict[str, Any]
     return logs
 
 
-def statistics_warnings(cfg: StepConfig, stats: dict) -> list[str]:
-    """Messages that accumulated statistics call for (outputs that were not probabilities)."""
+def statistics_warnings(cfg: StepConfig, stats: dict) -> dict[str, str]:
+    """Warnings that accumulated statistics call for, by statistics key (shown once per fit):
+    outputs that were not probabilities, sparse labels outside the classes."""
+    found = {}
     if stats.get(NOT_PROBABILITIES, 0) > 0:
         name = getattr(cfg.loss, "name", type(cfg.loss).__name__)
-        return [NOT_PROBABILITIES_WARNING.format(name=name)]
-    return []
+        found[NOT_PROBABILITIES] = NOT_PROBABILITIES_WARNING.format(name=name)
+    if input_checks.LABELS_OUT_OF_RANGE in stats:
+        message = input_checks.label_range_warning(cfg.loss,
+                                                   stats[input_checks.LABELS_OUT_OF_RANGE])
+        if message is not None:
+            found[input_checks.LABELS_OUT_OF_RANGE] = message
+    return found
 
 
 def _flat(stats: dict) -> tuple[jax.Array, Callable[[jax.Array], dict]]:
@@ -212,7 +223,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
             y_pred, model_state, losses = cfg.adapter.apply_with_losses(
                 params, state.model_state, batch.x, train=True, rng=rng
             )
-            per_example = cfg.loss(batch.y, y_pred)
+            per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
             extra = share_of_sum(losses, batch.mask)
             total = _masked_sum(per_example, _weight(batch))
             if extra is not None:
@@ -293,7 +304,8 @@ def make_eval_step(cfg: StepConfig) -> Callable:
         y_pred, _, losses = cfg.adapter.apply_with_losses(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
-        stats, _ = _flat(_statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch,
+        per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
+        stats, _ = _flat(_statistics(cfg, batch.y, y_pred, per_example, batch,
                                      share_of_sum(losses, batch.mask)))
         return statistics + lax.psum(stats, BATCH_AXIS)
 
@@ -323,7 +335,8 @@ def statistics_layout(cfg: StepConfig, state: TrainState, batch: Batch, kind: st
         y_pred, _ = cfg.adapter.apply(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
-        return _statistics(cfg, batch.y, y_pred, cfg.loss(batch.y, y_pred), batch)
+        per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
+        return _statistics(cfg, batch.y, y_pred, per_example, batch)
 
     leaves, treedef = jax.tree.flatten(jax.eval_shape(local, state, batch))
     return StatsLayout(treedef, tuple(tuple(leaf.shape) for leaf in leaves))

@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.checks import MirrorfitWarning
+from mirrorfit._src import input_checks
 from mirrorfit._src.data_adapters import input_fingerprint
 from mirrorfit._src import steps as steps_lib
 from mirrorfit._src.batch import Batch, place_batches
@@ -134,7 +135,7 @@ class Trainer:
         to the epoch logs (e.g. ``learning_rate``). A progress bar is added for
         ``verbose=1`` (and ``verbose=2`` in ``fit``) unless the user passed one.
         """
-        cbs = list(callbacks or [])
+        cbs = input_checks.callback_list(callbacks)
         if history is not None:
             cbs.append(history)
         wants_bar = verbose == 1 or (verbose == 2 and history is not None)
@@ -163,9 +164,9 @@ class Trainer:
         gives a NumPy array, as Keras does.
         """
         stats = self._layouts[kind][0].unflatten(np.asarray(self.strategy.fetch(statistics)))
-        for message in steps_lib.statistics_warnings(self.config, stats):
-            if message not in self._warned:
-                self._warned.add(message)
+        for key, message in steps_lib.statistics_warnings(self.config, stats).items():
+            if key not in self._warned:  # once per fit (and per compile outside fit)
+                self._warned.add(key)
                 warnings.warn(message, MirrorfitWarning, stacklevel=5)
         return {key: float(value) if np.ndim(value) == 0 else np.asarray(value)
                 for key, value in steps_lib.results(self.config, stats, kind).items()}
@@ -219,6 +220,7 @@ class Trainer:
                                            epochs=epochs, history=history)
         model.stop_training = False
         model.history = history
+        self._warned = set()
         self.train_data, self._resume_point = train, None
         try:
             callback_list.on_train_begin()

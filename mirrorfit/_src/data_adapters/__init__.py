@@ -18,11 +18,13 @@ the chosen kind is a ``ValueError`` (`raise_unsupported_arg`), never silently ig
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-from mirrorfit._src.checks import positive_int
+from mirrorfit._src import input_checks
+from mirrorfit._src.checks import MirrorfitWarning, positive_int
 from mirrorfit._src.data_adapters.array_data_adapter import (
     ArrayDataAdapter,
     is_array_input,
@@ -122,7 +124,8 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
     Raises:
         ValueError: for a missing ``x``/``y``, an argument that does not apply to the kind
             of ``x``, or a non-positive ``batch_size``/``steps``.
-        TypeError: if ``x`` is neither arrays nor an iterable.
+        TypeError: if ``x`` is neither arrays nor an iterable, is a Python list of numbers,
+            or holds strings or objects.
     """
     if x is None:
         raise ValueError("x is required: arrays, a dict/tuple of arrays, or a source of "
@@ -130,6 +133,8 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
                          "x=None")
     steps = None if steps is None else positive_int(steps, steps_name)
     class_weight = check_class_weight(class_weight)
+    input_checks.check_not_nested_lists(x, "x")
+    input_checks.check_not_nested_lists(y, "y")
     if is_array_input(x):
         if with_targets and y is None:
             raise ValueError("y is required when x is an array (targets for the loss). "
@@ -204,8 +209,9 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
     ``validation_split`` takes the last fraction of array rows, before shuffling, as Keras.
     Otherwise ``validation_data`` is ``(x_val, y_val)``, ``(x_val, y_val, sample_weight)``
     or any source of batches `get_data_adapter` takes (a list whose items are all tuples
-    or lists is a list of batches). ``validation_batch_size`` (default ``batch_size``) batches array
-    validation data; ``validation_steps`` bounds each validation.
+    or lists is a list of batches). ``validation_batch_size`` (default ``batch_size``)
+    batches array validation data; ``validation_steps`` bounds each validation. Given both,
+    ``validation_data`` wins, with a warning, as in Keras.
 
     Raises:
         ValueError: for a split outside ``[0, 1)``, a split of an iterable, or an argument
@@ -214,6 +220,11 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
     if not 0.0 <= float(validation_split) < 1.0:
         raise ValueError("validation_split must be in [0, 1), the fraction of rows held out "
                          f"for validation. Received: validation_split={validation_split!r}")
+    if validation_split and validation_data is not None:
+        warnings.warn("fit got both validation_split and validation_data: validation_data is "
+                      "used and validation_split ignored, as in Keras. Pass only one. Received: "
+                      f"validation_split={validation_split!r}", MirrorfitWarning, stacklevel=4)
+        validation_split = 0.0
     val_batch = batch_size if validation_batch_size is None else validation_batch_size
     if validation_split:
         if not isinstance(train, ArrayDataAdapter):

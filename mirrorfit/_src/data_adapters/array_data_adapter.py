@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src import input_checks
 from mirrorfit._src.batch import Batch, pad_index, padded_size, real_rows_mask
 from mirrorfit._src.data_adapters.class_weight import class_weights_to_sample_weights
 
@@ -105,13 +106,18 @@ class ArrayDataAdapter:
         class_weight: ``{class: weight}`` (validated), multiplied into the sample weights.
 
     Raises:
-        ValueError: if x, y and sample_weight differ in length, or x is empty.
+        ValueError: if x, y and sample_weight differ in length, x is empty, or
+            sample_weight is not 1-D.
+        TypeError: if x or y holds strings or objects.
     """
 
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
                  shuffle=False, seed=0, class_weight=None):
         self.x = as_numpy(x)
         self.y = as_numpy(y)
+        input_checks.check_numeric(self.x, "x")
+        input_checks.check_numeric(self.y, "y")
+        input_checks.check_sample_weight(sample_weight)
         self.user_sample_weight = None if sample_weight is None else np.asarray(
             sample_weight, np.float32)
         self.class_weight = class_weight

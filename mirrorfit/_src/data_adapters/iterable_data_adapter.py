@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src import input_checks
 from mirrorfit._src.batch import Batch, pad_rows, padded_size, real_rows_mask, stack
 from mirrorfit._src.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.data_adapters.class_weight import class_weights_to_sample_weights
@@ -79,6 +80,9 @@ class IterableDataAdapter:
         self._full_mask: np.ndarray | None = None  # every batch of that size shares
         self._peeked: tuple[Any, Iterator] | None = None  # (first item, rest of epoch 0)
         self.steps_seen = 0  # steps read so far in the current epoch (from its start)
+        self._example_shapes: Any = None  # per-example (x, y) shapes of the first batch
+        self.check_input: Callable[[Any], None] | None = None  # set by a built model: raises
+        #                  a ValueError for inputs its params do not fit
 
     def first_inputs(self) -> Any:
         """``x`` of the first batch (NumPy), read once ahead; epoch 0 then starts with it.
@@ -157,11 +161,24 @@ class IterableDataAdapter:
 
     def _pad(self, x, y, sample_weight) -> Batch:
         x, y = jax.tree.map(to_numpy, (x, y))
+        input_checks.check_numeric(x, "x")
+        input_checks.check_numeric(y, "y")
+        input_checks.check_sample_weight(sample_weight, "a batch's sample_weight")
         rows = num_rows((x, y), f"each batch (x, y) of a {self.kind}")
+        shapes = jax.tree.map(lambda a: a.shape[1:], (x, y))
         if self.padded_batch_size is None:
+            if self.check_input is not None:
+                self.check_input(x)
             self.padded_batch_size = padded_size(rows, self.num_replicas)
             self._full_rows = rows
             self._full_mask = real_rows_mask(rows, self.padded_batch_size)
+            self._example_shapes = shapes
+        elif shapes != self._example_shapes:
+            raise ValueError(
+                "Every batch of an iterable input must have the per-example shapes of the "
+                f"first one, (x, y) = {self._example_shapes} (without the batch dimension): "
+                "one compiled step serves them all. Pad or crop the examples to one shape. "
+                f"Received: a batch with per-example shapes {shapes}")
         target = self.padded_batch_size
         if rows > target:
             raise ValueError(
