@@ -36,7 +36,7 @@ class ScaledCrossentropy:
     scale: float = 1.0
 
     def __call__(self, y_true, y_pred):
-        return self.scale * mf.losses.SparseCategoricalCrossentropy()(y_true, y_pred)
+        return self.scale * mf.losses.SparseCategoricalCrossentropy().per_example(y_true, y_pred)
 
     def get_config(self):
         return {"scale": self.scale}

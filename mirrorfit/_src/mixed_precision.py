@@ -170,11 +170,13 @@ class PolicyAdapter(ModuleAdapter):
         params, model_state = self.inner.init(rng, x)
         return cast_floating(params, self.policy.variable_dtype), model_state
 
-    def apply(self, params, model_state, x, *, train, rng):
+    def apply_with_losses(self, params, model_state, x, *, train, rng):
         compute = self.policy.compute_dtype
-        y, new_state = self.inner.apply(cast_floating(params, compute), model_state,
-                                        cast_floating(x, compute), train=train, rng=rng)
-        return cast_floating(y, jnp.float32), _keep_dtypes(new_state, model_state)
+        y, new_state, losses = self.inner.apply_with_losses(
+            cast_floating(params, compute), model_state, cast_floating(x, compute),
+            train=train, rng=rng)
+        return (cast_floating(y, jnp.float32), _keep_dtypes(new_state, model_state),
+                cast_floating(losses, jnp.float32))
 
     def tabulate(self, rng, x):
         return self.inner.tabulate(rng, x)

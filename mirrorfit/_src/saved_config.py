@@ -50,13 +50,13 @@ def _entry(value: Any) -> Any:
 
 
 def _encode(value: Any, entry: str, unstored: list) -> Any:
-    """A compile argument as JSON: lists and dicts (per-output arguments) kept as tagged
-    containers, numbers (loss weights) as is, objects as their config."""
+    """A compile argument as JSON: lists as lists, dicts (per-output arguments) as
+    ``{"dict": ...}``, numbers (loss weights) as is, objects as their config."""
     if isinstance(value, Mapping):
         return {"dict": {str(k): _encode(v, f"{entry}[{k!r}]", unstored)
                          for k, v in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return {"list": [_encode(v, f"{entry}[{i}]", unstored) for i, v in enumerate(value)]}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # not an optax
+        return [_encode(v, f"{entry}[{i}]", unstored) for i, v in enumerate(value)]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
     stored = _entry(value)
@@ -94,8 +94,8 @@ def _decode(stored: Any, namespace: Any, custom_objects: Mapping[str, Any]) -> A
     """Inverse of `_encode`."""
     if isinstance(stored, dict) and "dict" in stored:
         return {k: _decode(v, namespace, custom_objects) for k, v in stored["dict"].items()}
-    if isinstance(stored, dict) and "list" in stored:
-        return [_decode(v, namespace, custom_objects) for v in stored["list"]]
+    if isinstance(stored, list):
+        return [_decode(v, namespace, custom_objects) for v in stored]
     if isinstance(stored, (int, float)):
         return stored
     return _rebuild(stored, namespace, custom_objects)
