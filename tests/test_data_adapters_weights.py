@@ -74,7 +74,10 @@ def test_class_weight_applies_to_training_rows_only_with_validation_split(model_
 
 @pytest.mark.parametrize("num_replicas", [1, 3, 8])
 def test_weighted_evaluate_is_exact_across_replicas(num_replicas):
-    model = make_model(num_replicas)
+    model = make_model(num_replicas, metrics=())
+    # As Keras 3: `metrics` ignore sample_weight, `weighted_metrics` use it.
+    model.compile(model.compile_config["optimizer"], "sparse_categorical_crossentropy",
+                  weighted_metrics=["accuracy"])
     logs = model.evaluate(X, Y, batch_size=BATCH, sample_weight=W, verbose=0,
                           return_dict=True)
     probabilities = model.predict(X, verbose=0).astype(np.float64)

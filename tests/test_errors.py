@@ -437,17 +437,13 @@ def test_module_needing_an_argument_mirrorfit_does_not_pass_says_what_is_passed(
         N, NUM_CLASSES)
 
 
-def test_unbuilt_model_fed_from_a_generator_asks_for_input_shape():
+def test_unbuilt_model_fed_from_a_generator_builds_from_its_first_batch():
+    # Once a crash ('NoneType' has no attribute 'params'); now the first batch, read ahead
+    # and kept for the epoch, builds the model as Keras does.
     with _strategy(3).scope():
         model = mf.Sequential([nn.Dense(NUM_CLASSES), nn.softmax])
     model.compile(optax.sgd(0.1), "sparse_categorical_crossentropy")
-    for call in (lambda: model.fit(_batches(2), steps_per_epoch=2, verbose=0),
-                 lambda: model.evaluate(_batches(2), verbose=0),
-                 lambda: model.predict(iter([X[:12]]), verbose=0)):
-        with pytest.raises(ValueError, match=r"model is not built.*Pass input_shape=.*"
-                                             r"model.build\(input_shape\).*Received: x of type "
-                                             r"(generator|list_iterator)"):
-            call()
-    model.build(NUM_FEATURES)
     history = model.fit(_batches(2), steps_per_epoch=2, verbose=0)
+    assert model.built and model.input_spec.shape == (NUM_FEATURES,)
     assert math.isfinite(history.history["loss"][0])
+    assert model.predict(iter([X[:12]]), verbose=0).shape == (12, NUM_CLASSES)

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src import input_spec
 from mirrorfit._src.checks import is_int
 from mirrorfit._src.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
 from mirrorfit._src.loss import Loss, squeeze_or_expand_to_same_rank
@@ -36,12 +34,6 @@ LABELS_OUT_OF_RANGE = "_labels_out_of_range"
 The second entry carries the class count through sums over replicas and steps, so the host
 can state the valid range: ``num_classes = entry[1] / entry[0]``.
 """
-
-_NOT_BUILT = (
-    "The model is not built, and an iterable input cannot build it (its first batch would be "
-    "consumed). Pass input_shape= to the Model or Sequential, e.g. input_shape=(784,), or call "
-    "model.build(input_shape) first. Received: x of type {kind} and a model without params")
-"""Error for an unbuilt model given an iterable input (`iterable_input_check`)."""
 
 SCALAR_LOSS = (
     "The loss {name} returned a scalar (shape ()), but mirrorfit needs one value per "
@@ -309,19 +301,3 @@ def checked_seed(seed: Any) -> int:
 def example_shape(input_shape: Any) -> Any:
     """``input_shape`` with an int read as one axis: ``8`` -> ``(8,)``, as Keras' ``Input``."""
     return (int(input_shape),) if is_int(input_shape) else input_shape
-
-
-def iterable_input_check(spec: Any, x: Any) -> Callable[[Any], None]:
-    """The check an iterable input's batches get: their shapes against the built model's.
-
-    Args:
-        spec: the model's input spec (``None`` for an unbuilt model).
-        x: the iterable, named in the error.
-
-    Raises:
-        ValueError: for an unbuilt model (an iterable cannot build it: its first batch
-            would be consumed), saying how to build it.
-    """
-    if spec is None:
-        raise ValueError(_NOT_BUILT.format(kind=type(x).__name__))
-    return functools.partial(input_spec.check_matches, spec)

@@ -9,10 +9,11 @@ builds the model through ``Model._check_input``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from mirrorfit._src import data_adapters, input_checks, input_spec
+from mirrorfit._src import data_adapters, input_spec
 from mirrorfit._src.callbacks import Callback, History
 from mirrorfit._src.checks import positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
@@ -89,7 +90,7 @@ class TrainingAPI:
         self._check_input(data.first_inputs())
         if not isinstance(data, data_adapters.ArrayDataAdapter):
             # each later batch is checked against the built model's input shapes
-            data.check_input = input_checks.iterable_input_check(self._input_spec, x)
+            data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
