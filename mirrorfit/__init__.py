@@ -6,14 +6,17 @@ per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 """
 
 from mirrorfit import callbacks as callbacks
+from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import optimizers as optimizers
+from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
 from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
-from mirrorfit._src.model import Sequential as Sequential
+from mirrorfit._src.sequential_model import Sequential as Sequential
+from mirrorfit._src.functional import Input as Input
 from mirrorfit._src.loading import load_model as load_model
 from mirrorfit._src.strategy import MirroredStrategy as MirroredStrategy
 from mirrorfit._src.multi_worker import MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
@@ -31,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "History",
+    "Input",
     "InputContext",
     "Mirrored",
     "MirroredStrategy",
@@ -47,8 +51,10 @@ __all__ = [
     "get_strategy",
     "load_model",
     "scale_regularization_loss",
+    "layers",
     "losses",
     "metrics",
     "optimizers",
+    "regularizers",
     "utils",
 ]

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from mirrorfit._src import keras_models
 from mirrorfit._src.state import require_state
 
 FORMAT = "mirrorfit-checkpoint/1"
@@ -317,6 +318,9 @@ def _storable_compile_args(args: Mapping[str, Any] | None) -> dict[str, Any] | N
 def _model_info(model, kind: str) -> dict[str, Any]:
     require_state(model.state)
     info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed}
+    architecture = keras_models.architecture(model.module)  # JSON; None for Flax modules
+    if architecture is not None:
+        info["architecture"] = architecture
     if kind == "model":
         info["compile"] = _storable_compile_args(model.compile_config)
     return info

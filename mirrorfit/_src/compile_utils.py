@@ -10,6 +10,7 @@ from typing import Any
 
 from mirrorfit._src import multi_output
 from mirrorfit._src import optimizers as optimizers_lib
+from mirrorfit._src.keras_models import freeze_non_trainable
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.steps import StepConfig
 
@@ -34,7 +35,8 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     if loss is None:
         raise ValueError("compile needs a loss, e.g. loss=\"sparse_categorical_crossentropy\"."
                          " Received: loss=None")
-    tx = optimizers_lib.get(optimizer)
+    # Layers set to trainable=False before compile get no updates, as in Keras.
+    tx = freeze_non_trainable(optimizers_lib.get(optimizer), getattr(adapter, "module", None))
     keys = multi_output.loss_keys(loss)
     if keys is None:
         loss_fn = multi_output.scaled(multi_output.single_loss(loss), loss_weights)

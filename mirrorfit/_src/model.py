@@ -1,4 +1,4 @@
-"""`Model` and `Sequential`: the tf.keras facade over a Flax module.
+"""`Model`: the tf.keras facade over a Flax module (``mf.Sequential`` is in `sequential_model`).
 
 The model owns its `TrainState` (mirrored on the devices of the strategy that was active when
 it was created): `Model.state` is its only write path, and callbacks and checkpoints change it
@@ -9,7 +9,7 @@ holds no training logic of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -20,14 +20,15 @@ from mirrorfit._src import input_spec
 from mirrorfit._src.callbacks import Callback, History
 from mirrorfit._src.checks import is_int, positive_int, verbosity
 from mirrorfit._src.compile_utils import step_config
-from mirrorfit._src.modules import adapt, sequential
+from mirrorfit._src.keras_models import ModelLayers, model_module
+from mirrorfit._src.modules import adapt
 from mirrorfit._src.state import TrainState, create_state, require_state
 from mirrorfit._src.strategy import get_strategy, warn_if_outside_scope
 from mirrorfit._src.trainer import Trainer
 from mirrorfit._src.weights import ModelVariables
 
 
-class Model(ModelVariables):
+class Model(ModelVariables, ModelLayers):
     """A Flax module with Keras' ``compile``/``fit``/``evaluate``/``predict``, mirrored.
 
     Args:
@@ -39,31 +40,50 @@ class Model(ModelVariables):
             otherwise on the first batch.
         input_dtype: dtype of the example input used to create the params.
         seed: seeds param init, dropout (per step and replica) and shuffling.
+        inputs, outputs: instead of ``module``, the functional API (``keras.Model(inputs,
+            outputs)``, also positionally): `mirrorfit.layers.Input` tensors and the tensors
+            computed from them (one, a list or a dict); built at once from the Inputs.
+        name: the functional model's name.
 
     Params are created replicated (``NamedSharding(mesh, P())``) on the devices of the
     strategy active at construction (`mirrorfit.get_strategy`).
 
     Raises:
         TypeError: if ``module`` is not a Flax module, or ``seed`` is not an int.
+        ValueError: for a disconnected functional graph (see `mirrorfit.layers.Input`).
+
+    Example:
+        >>> inputs = mf.layers.Input((4,))
+        >>> outputs = mf.layers.Dense(3, activation="softmax")(inputs)
+        >>> with mf.MirroredStrategy().scope():
+        ...     functional = mf.Model(inputs=inputs, outputs=outputs)
     """
 
-    def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
+    def __init__(self, module: Any = None, input_shape: Any = None, *, inputs: Any = None,
+                 outputs: Any = None, name: str | None = None, input_dtype: Any = jnp.float32,
                  seed: int = 0):
         if not is_int(seed):
             raise TypeError(f"seed must be an int. Received: seed={seed!r}")
-        self._adapter = adapt(module)
-        self.module = module
+        module, sample = model_module(module, input_shape, inputs, outputs, name)
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
         self.seed = int(seed)
-        self._state: TrainState | None = None
-        self._input_spec: Any = None
-        self._trainer = Trainer(self._strategy, self._adapter)
         self._compile_config: dict[str, Any] | None = None
         self.stop_training = False
         self.history: History | None = None
-        if input_shape is not None:
+        self._set_module(module, input_shape, sample)
+
+    def _set_module(self, module: Any, input_shape: Any, sample: Any = None) -> None:
+        """(Re)starts the model on ``module``: no state, built if the input is known."""
+        self._adapter = adapt(module)
+        self.module = module
+        self._state: TrainState | None = None
+        self._input_spec: Any = None
+        self._trainer = Trainer(self._strategy, self._adapter)
+        if sample is not None:
+            self._build_from(sample)
+        elif input_shape is not None:
             self.build(input_shape)
 
     # -- the training state ---------------------------------------------------------------
@@ -317,19 +337,4 @@ class Model(ModelVariables):
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         return self._trainer.predict(self, data, callback_list)
-
-
-def Sequential(layers: Sequence[Callable[..., Any]], input_shape: Any = None,  # noqa: N802
-               **kwargs: Any) -> Model:
-    """A `Model` over ``flax.linen.Sequential(layers)``, as ``keras.Sequential``.
-
-    Each layer gets Keras' training flag: ``train``/``training`` if its ``__call__`` takes
-    one, else ``deterministic`` (Dropout) and ``use_running_average`` (BatchNorm).
-
-    Example:
-        >>> with mf.MirroredStrategy().scope():
-        ...     model = mf.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax],
-        ...                           input_shape=(784,))
-    """
-    return Model(sequential(layers), input_shape, **kwargs)
 
