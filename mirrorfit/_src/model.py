@@ -65,6 +65,7 @@ class Model(ModelVariables, ModelLayers):
         if not is_int(seed):
             raise TypeError(f"seed must be an int. Received: seed={seed!r}")
         module, sample = model_module(module, input_shape, inputs, outputs, name)
+        adapter = adapt(module)
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
@@ -72,11 +73,11 @@ class Model(ModelVariables, ModelLayers):
         self._compile_config: dict[str, Any] | None = None
         self.stop_training = False
         self.history: History | None = None
-        self._set_module(module, input_shape, sample)
+        self._set_module(module, adapter, input_shape, sample)
 
-    def _set_module(self, module: Any, input_shape: Any, sample: Any = None) -> None:
+    def _set_module(self, module: Any, adapter: Any, input_shape: Any, sample: Any) -> None:
         """(Re)starts the model on ``module``: no state, built if the input is known."""
-        self._adapter = adapt(module)
+        self._adapter = adapter
         self.module = module
         self._state: TrainState | None = None
         self._input_spec: Any = None

@@ -99,6 +99,8 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
         ValueError: a layer or call argument with no JSON form.
 
     Example:
+        >>> import json
+        >>> module, _ = sequential.sequential_module([mf.Input((4,)), mf.layers.Dense(2)])
         >>> text = json.dumps(functional_config(module))
         >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``
     """

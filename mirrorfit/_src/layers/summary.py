@@ -130,7 +130,9 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         TypeError: ``module`` is neither a functional nor a Sequential module.
 
     Example:
-        >>> print(format_summary(summary_rows(module, variables), name="sequential"))
+        >>> module, _ = sequential.sequential_module([mf.Input((4,)), mf.layers.Dense(2)])
+        >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 4)))
+        >>> text = format_summary(summary_rows(module, variables), name="sequential")
     """
     rows = []
     connect = lambda layer: "-"
@@ -205,6 +207,7 @@ def format_summary(summary: Summary, name: str | None = None) -> str:
         table.add_row(*fields[:len(columns)])
     out = io.StringIO()
     console = rich.console.Console(file=out, width=line_length + 4, force_terminal=False,
+                                   force_jupyter=False,  # into `out`, also in a notebook
                                    color_system=None, highlight=False)
     console.print(f'Model: "{name or "functional"}"', markup=False)
     console.print(table)
