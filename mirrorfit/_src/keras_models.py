@@ -1,11 +1,12 @@
 """`Model`'s side of ``mirrorfit.layers`` models: the functional constructor, layer access,
-frozen layers and the architecture stored with the weights.
+frozen layers, Keras' summary and the architecture stored with the weights.
 
 A *layers model* is a `FunctionalModule` (``mf.Model(inputs=..., outputs=...)``) or a
 `SequentialModule` (``mf.Sequential`` of ``mirrorfit.layers``). Its input shapes come from its
 `Input` tensors, so it is built at construction; its layers are ``model.layers``; a layer set
-to ``trainable = False`` before ``compile`` gets no updates; and ``model.save`` stores its
-architecture as JSON (`architecture`) so that ``mf.load_model`` rebuilds it.
+to ``trainable = False`` before ``compile`` gets no updates; ``model.summary()`` prints Keras'
+table (`summary_text`); and ``model.save`` stores its architecture as JSON (`architecture`) so
+that ``mf.load_model`` rebuilds it.
 """
 
 from __future__ import annotations
