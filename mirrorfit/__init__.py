@@ -9,10 +9,15 @@ from mirrorfit import callbacks as callbacks
 from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
+from mirrorfit import mixed_precision as mixed_precision
 from mirrorfit import optimizers as optimizers
 from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks import History as History
+from mirrorfit._src.custom_checkpoint import Checkpoint as Checkpoint
+from mirrorfit._src.custom_checkpoint import CheckpointManager as CheckpointManager
+from mirrorfit._src.custom_checkpoint import latest_checkpoint as latest_checkpoint
+from mirrorfit._src.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
 from mirrorfit._src.sequential_model import Sequential as Sequential
@@ -33,8 +38,11 @@ from mirrorfit._src.values import batch_mask as batch_mask
 __version__ = "0.1.0"
 
 __all__ = [
+    "Checkpoint",
+    "CheckpointManager",
     "History",
     "Input",
+    "apply_gradients",
     "InputContext",
     "Mirrored",
     "MirroredStrategy",
@@ -49,11 +57,13 @@ __all__ = [
     "compute_average_loss",
     "get_replica_context",
     "get_strategy",
+    "latest_checkpoint",
     "load_model",
     "scale_regularization_loss",
     "layers",
     "losses",
     "metrics",
+    "mixed_precision",
     "optimizers",
     "regularizers",
     "utils",

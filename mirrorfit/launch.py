@@ -6,9 +6,14 @@ Starts ``--nproc`` copies of ``script.py`` on this machine, with the coordinator
 ``jax.distributed`` on loopback (``127.0.0.1:P``, a free port by default). Each process gets
 ``MIRRORFIT_COORDINATOR``, ``MIRRORFIT_NUM_PROCESSES`` and ``MIRRORFIT_PROCESS_ID`` (which
 ``mf.MultiWorkerMirroredStrategy()`` reads) and, with ``--cpu-devices D``, an ``XLA_FLAGS``
-that splits its CPU into ``D`` devices. Every output line is prefixed with ``[rank]``. If a
-process fails, the launcher kills the others and exits with the first non-zero exit code
-(``128 + signal`` for a process killed by a signal).
+that splits its CPU into ``D`` devices. Every output line is prefixed with ``[rank]``,
+redrawn progress lines (``\r``) included.
+
+If a process fails, the others stop within seconds: under `MultiWorkerMirroredStrategy` they
+notice on their own and exit with code 75 (`PEER_FAILED_EXIT_CODE`); any process still
+running `GRACE_SECONDS` after the first failure is killed. The launcher then prints one line
+naming the failing process (its traceback is in its prefixed output, once) and exits with
+that process's code (``128 + signal`` for a process killed by a signal).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import threading
 import time
 from collections.abc import Sequence
 
+from mirrorfit._src.failfast import PEER_FAILED_EXIT_CODE
+
+GRACE_SECONDS = 5.0  # after a failure, how long the other processes get to stop on their own
 _DEVICE_FLAG = re.compile(r"--xla_force_host_platform_device_count(=\S*)?")
 
 
@@ -66,16 +74,66 @@ def _env(rank: int, nproc: int, port: int, cpu_devices: int | None) -> dict[str,
     return env
 
 
+_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+
+
+def _prefixed(rank: int, data: bytes) -> tuple[bytes, bytes]:
+    """Complete segments of ``data`` (each ended by ``\n``, ``\r\n`` or ``\r``) with the
+    rank prefix, and the unfinished rest. A redrawn line (``\r``) gets the prefix again."""
+    out, end = [], 0
+    for match in _SEGMENT.finditer(data):
+        segment = match.group()
+        text = segment.rstrip(b"\r\n")
+        out.append((b"[%d] " % rank + text if text else b"") + segment[len(text):])
+        end = match.end()
+    return b"".join(out), data[end:]
+
+
 def _forward(rank: int, stream, lock: threading.Lock) -> None:
-    for line in iter(stream.readline, b""):
+    pending = b""
+    while chunk := stream.read1(1 << 16):
+        out, pending = _prefixed(rank, pending + chunk)
+        if out:
+            with lock:
+                sys.stdout.buffer.write(out)
+                sys.stdout.flush()
+    if pending:
         with lock:
-            sys.stdout.write(f"[{rank}] {line.decode(errors='replace')}")
+            sys.stdout.buffer.write(b"[%d] " % rank + pending + b"\n")
             sys.stdout.flush()
     stream.close()
 
 
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int | None]:
+    """Waits for every process; returns (exit code, failing rank or None).
+
+    The failing rank is the first to exit non-zero, preferring a process that failed on its
+    own over one that stopped because a peer failed (`PEER_FAILED_EXIT_CODE`).
+    """
+    failures: list[tuple[int, int]] = []  # (rank, exit code), in order of exit
+    running, kill_at = set(range(len(procs))), None
+    while running:
+        for rank in sorted(running):
+            returncode = procs[rank].poll()
+            if returncode is None:
+                continue
+            running.discard(rank)
+            if returncode != 0:
+                failures.append((rank, _exit_code(returncode)))
+                kill_at = kill_at or time.monotonic() + GRACE_SECONDS
+        if kill_at is not None and time.monotonic() >= kill_at:
+            for rank in running:
+                procs[rank].kill()
+        time.sleep(0.05)
+    if not failures:
+        return 0, None
+    own = [f for f in failures if f[1] != PEER_FAILED_EXIT_CODE]
+    rank, code = (own or failures)[0]
+    return code, rank
 
 
 def launch(script: str, args: Sequence[str] = (), *, nproc: int,
@@ -90,7 +148,8 @@ def launch(script: str, args: Sequence[str] = (), *, nproc: int,
         port: coordinator port on 127.0.0.1; ``None`` picks a free one.
 
     Returns:
-        0 if every process succeeded, else the first non-zero exit code.
+        0 if every process succeeded, else the exit code of the process that failed first
+        on its own (see `_supervise`).
     """
     port = free_port() if port is None else port
     lock = threading.Lock()
@@ -103,27 +162,12 @@ def launch(script: str, args: Sequence[str] = (), *, nproc: int,
         thread.start()
         procs.append(proc)
         threads.append(thread)
-    code = 0
     try:
-        running = set(range(nproc))
-        while running:
-            for rank in sorted(running):
-                returncode = procs[rank].poll()
-                if returncode is None:
-                    continue
-                running.discard(rank)
-                if returncode != 0 and code == 0:
-                    code = _exit_code(returncode)
-                    with lock:
-                        print(f"[launch] process {rank} exited with code {code}; stopping the "
-                              "others", file=sys.stderr, flush=True)
-                    for other in running:
-                        procs[other].kill()
-            time.sleep(0.05)
+        code, rank = _supervise(procs)
     except KeyboardInterrupt:
         for proc in procs:
             proc.send_signal(signal.SIGINT)
-        code = 130
+        code, rank = 130, None
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -131,6 +175,9 @@ def launch(script: str, args: Sequence[str] = (), *, nproc: int,
             proc.wait()
         for thread in threads:
             thread.join(timeout=5)
+    if rank is not None:
+        print(f"[launch] process {rank} failed with exit code {code} (its output above is "
+              f"prefixed [{rank}]); the job stopped.", file=sys.stderr, flush=True)
     return code
 
 

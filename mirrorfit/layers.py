@@ -35,9 +35,9 @@ from mirrorfit._src.layers.pooling import MaxPooling2D as MaxPooling2D
 from mirrorfit._src.layers.recurrent import GRU as GRU
 from mirrorfit._src.layers.recurrent import LSTM as LSTM
 from mirrorfit._src.layers.recurrent import SimpleRNN as SimpleRNN
-from mirrorfit._src.layers.regularizers import L1 as L1
-from mirrorfit._src.layers.regularizers import L1L2 as L1L2
-from mirrorfit._src.layers.regularizers import L2 as L2
+from mirrorfit._src.regularizers import L1 as L1
+from mirrorfit._src.regularizers import L1L2 as L1L2
+from mirrorfit._src.regularizers import L2 as L2
 from mirrorfit._src.layers.reshaping import Flatten as Flatten
 from mirrorfit._src.layers.reshaping import Permute as Permute
 from mirrorfit._src.layers.reshaping import Reshape as Reshape

@@ -1,6 +1,8 @@
 """Keras-named optax optimizers with Keras 3 defaults and options, e.g.
 ``mf.optimizers.Adam(1e-4, clipnorm=1.0, use_ema=True)``."""
 
+from mirrorfit._src.loss_scale import LossScaleOptimizer as LossScaleOptimizer
+from mirrorfit._src.loss_scale import LossScaleState as LossScaleState
 from mirrorfit._src.optimizer_base import Optimizer as Optimizer
 from mirrorfit._src.optimizer_base import OptimizerOptions as OptimizerOptions
 from mirrorfit._src.optimizer_options import ema_params as ema_params
@@ -34,6 +36,8 @@ __all__ = [
     "Ftrl",
     "Lamb",
     "Lion",
+    "LossScaleOptimizer",
+    "LossScaleState",
     "Nadam",
     "Optimizer",
     "OptimizerOptions",

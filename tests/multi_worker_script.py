@@ -8,7 +8,8 @@ Under ``python -m mirrorfit.launch`` (``MIRRORFIT_*`` set) it trains with
 devices: the same MLP on the same global batches (3 epochs of 8 global batches of 16 rows,
 shuffled), then evaluates and predicts. Each process writes ``OUT_DIR/result-<rank>.npz``:
 the weights, history, evaluate logs, predictions, the global step it started from, and its
-strategy's replica and process counts. ``--batch`` and ``--hidden`` take one value, or one
+strategy's replica and process counts. ``--batch``, ``--hidden`` and ``--data-seed`` (the
+seed of x and y) take one value, or one
 per rank separated by commas (to start mismatched processes).
 
 ``--kill-rank R --kill-at-step K``: process R SIGKILLs itself after global step K.
@@ -81,11 +82,12 @@ def main():
     parser.add_argument("--kill-rank", type=int, default=-1)
     parser.add_argument("--kill-at-step", type=int, default=-1)
     parser.add_argument("--backup", action="store_true")
+    parser.add_argument("--data-seed", default="0")
     args = parser.parse_args()
     multi = "MIRRORFIT_NUM_PROCESSES" in os.environ
     strategy = mf.MultiWorkerMirroredStrategy() if multi else mf.MirroredStrategy()
     rank = jax.process_index()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(per_rank(args.data_seed, rank))
     x = rng.normal(size=(ROWS, 8)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 0).astype(np.int32) + (x[:, 2] > 1).astype(np.int32)
     with strategy.scope():
@@ -110,6 +112,7 @@ def main():
              processes=np.asarray(jax.process_count()),
              **{f"history_{k}": np.asarray(v) for k, v in history.history.items()},
              **{f"evaluate_{k}": np.asarray(v) for k, v in evaluated.items()})
+    print(f"process {rank} done")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ Environment:
     KILL_IN_SAVE_AT_STEP=k: SIGKILL this process in the middle of writing the backup of
         global step ``k``: the backup's JSON file is half written and the version is not
         renamed into place yet.
+    DTYPE_POLICY=name: train under this dtype policy with a `LossScaleOptimizer` whose
+        scale overflows and grows during the run; its scale and counter are written too.
 """
 
 import os
@@ -69,16 +71,23 @@ def main(out_dir: str, backup: bool) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 8)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 0).astype(np.int32) + (x[:, 2] > 1).astype(np.int32)
+    policy = os.environ.get("DTYPE_POLICY")
+    optimizer = "adam" if policy is None else mf.optimizers.LossScaleOptimizer(
+        mf.optimizers.Adam(), initial_scale=2.0**18, dynamic_growth_steps=4)
     with mf.MirroredStrategy().scope():
         model = mf.Sequential([nn.Dense(32), nn.BatchNorm(), nn.relu, nn.Dropout(0.3),
-                               nn.Dense(3), nn.softmax], input_shape=(8,), seed=1)
-        model.compile("adam", "sparse_categorical_crossentropy", ["accuracy"])
+                               nn.Dense(3), nn.softmax], input_shape=(8,), seed=1,
+                              dtype_policy=policy)
+        model.compile(optimizer, "sparse_categorical_crossentropy", ["accuracy"])
     # The backup callback runs before the killer, so a kill after step k follows k's backup.
     callbacks = [mf.callbacks.BackupAndRestore(os.path.join(out_dir, "backup"),
                                                save_freq=SAVE_FREQ)] if backup else []
     history = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
                         validation_data=(x[:40], y[:40]), callbacks=callbacks + [killer])
-    np.savez(os.path.join(out_dir, "result.npz"), *model.get_weights(),
+    scaling = {} if policy is None else {
+        "loss_scale": np.asarray(model.opt_state.dynamic_scale),
+        "step_counter": np.asarray(model.opt_state.step_counter)}
+    np.savez(os.path.join(out_dir, "result.npz"), *model.get_weights(), **scaling,
              step=np.asarray(model.state.step), first_step=np.asarray(killer.first_step),
              **{f"history_{k}": np.asarray(v) for k, v in history.history.items()})
 

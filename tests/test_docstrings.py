@@ -1,7 +1,8 @@
 """Every ``>>>`` example in mirrorfit's docstrings runs, and its shown output matches.
 
 The examples run as ``doctest`` would, in a fresh temporary directory, with the names a
-reader of the docs has at hand: ``mf``, ``nn``, ``jnp``, ``np``, ``jax``, ``optax``, and a
+reader of the docs has at hand: ``mf``, ``nn``, ``jnp``, ``np``, ``jax``, ``optax``, the
+`mirrorfit.layers` names (``Input``, ``Dense``, ...), and a
 small compiled ``model`` (4 features, 3 class probabilities) with training data ``x`` ``[64, 4]`` and
 ``y`` ``[64]``. An example that cannot run here says so with ``# doctest: +SKIP``.
 """
@@ -49,6 +50,7 @@ def model():
 def test_docstring_example_runs(example, model, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
+    example.globs.update({name: getattr(mf.layers, name) for name in mf.layers.__all__})
     example.globs.update(mf=mf, nn=nn, jnp=jnp, np=np, jax=jax, optax=optax, model=model,
                          x=rng.normal(size=(64, 4)).astype(np.float32),
                          y=rng.integers(0, 3, size=64))

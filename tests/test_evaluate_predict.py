@@ -110,7 +110,7 @@ def test_evaluate_without_metrics_returns_the_loss_as_a_float():
 def test_evaluate_on_iterable_equals_array_input(model):
     expected = model.evaluate(X, Y, batch_size=32, sample_weight=W, verbose=0, return_dict=True)
     batches = ((X[i:i + 32], Y[i:i + 32], W[i:i + 32]) for i in range(0, N, 32))
-    logs = model.evaluate(batches, batch_size=32, verbose=0, return_dict=True)
+    logs = model.evaluate(batches, verbose=0, return_dict=True)
     assert logs == pytest.approx(expected, rel=1e-6)
 
 

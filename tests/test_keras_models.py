@@ -215,5 +215,5 @@ def test_load_model_of_flax_module_without_module_raises(tmp_path):
     with _strategy(1).scope():
         model = mf.Sequential([nn.Dense(2)], input_shape=(4,))
         model.save(tmp_path / "m")
-        with pytest.raises(ValueError, match="stores no architecture"):
+        with pytest.raises(ValueError, match="needs the model.s Flax module"):
             mf.load_model(tmp_path / "m")

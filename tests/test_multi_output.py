@@ -116,3 +116,23 @@ def test_per_output_arguments_that_do_not_match_the_outputs_are_named(kwargs, ma
     with pytest.raises(ValueError, match=match):
         model = _model(2, **kwargs)
         model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_with_sample_weight"])
+def test_a_reduction_fit_would_not_honour_is_refused_at_compile(reduction):
+    with pytest.raises(ValueError, match=rf"cannot use reduction='{reduction}'.*Drop `reduction=`"):
+        _model(1, loss=mf.losses.MeanSquaredError(reduction=reduction))
+    model = _model(1, loss=["sparse_categorical_crossentropy",
+                            mf.losses.MeanSquaredError(reduction=None)])
+    assert np.isfinite(model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)[0])
+
+
+def test_per_output_compile_arguments_are_saved_and_restored(tmp_path):
+    model = _model(2, loss=["sparse_categorical_crossentropy", "mse"], loss_weights=[1.0, 0.5],
+                   metrics=[["accuracy"], ["mae"]], weighted_metrics=[["accuracy"], []])
+    model.save(tmp_path / "m")
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        loaded = mf.load_model(tmp_path / "m", TwoHeads(), optimizer=optax.sgd(0.1))
+    args = dict(batch_size=16, sample_weight=W, verbose=0, return_dict=True)
+    assert loaded.evaluate(X, (LABELS, TARGETS), **args) == pytest.approx(
+        model.evaluate(X, (LABELS, TARGETS), **args), rel=1e-6)

@@ -7,21 +7,28 @@ checkpoint with two items:
   keyed by the leaves' paths (``params/Dense_0/kernel``, ``opt_state/inner_state/0/mu/...``),
   so any pytree (NamedTuples, optax states) saves without its Python classes;
 * ``meta``: JSON (orbax ``JsonSave``) listing every array's path, shape, dtype and SHA-256,
-  plus the caller's ``info`` (epoch, compile arguments, ...).
+  plus the caller's ``info`` (epoch, compile arguments, ...), itself checksummed (``sha256``
+  over the canonical JSON of everything else), so a changed digit is damage, not data.
 
 Atomicity: orbax writes a version into ``ckpt-<n>.orbax-checkpoint-tmp`` and renames it to
 ``ckpt-<n>`` once complete, and a new version is complete before older ones are deleted, so a
 crash at any point leaves every complete version loadable. Loading restores NumPy arrays (so
 a checkpoint saved from N devices loads onto any M), checks every shape and checksum, and
-raises `CheckpointError` naming the version directory on any damage. Loading never runs
-code: orbax reads tensorstore arrays and JSON.
+raises `CheckpointError` naming the version directory on any damage. A version written by a
+newer mirrorfit raises `NewerFormatError` instead: it is not damaged, and nothing may delete
+it. Loading never runs code: orbax reads tensorstore arrays and JSON.
+
+Writing fails with `CheckpointWriteError` (an ``OSError``) naming the caller's argument and
+the fix (a full disk, no permission, a file where the directory should be); the failed
+version's temporary files are removed and the previous versions stay as they were.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,19 +38,33 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from mirrorfit._src import keras_models
+from mirrorfit._src import keras_archive, keras_models, saved_config
+from mirrorfit._src.checkpoint_files import (
+    TMP_SUFFIX,
+    VERSION_NAME,
+    CheckpointWriteError,
+    check_directory,
+    is_partial,
+    written_by_mirrorfit,
+    write_failure,
+)
 from mirrorfit._src.state import require_state
 
-FORMAT = "mirrorfit-checkpoint/1"
+FORMAT_NAME = "mirrorfit-checkpoint"
+FORMAT_VERSION = 2
+"""Version 2 checksums ``meta`` too; version 1 (arrays checksummed only) still loads."""
+FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
 """Format tag stored in every version's ``meta``."""
 
-_VERSION = re.compile(r"ckpt-(\d+)")
-_TMP_SUFFIX = ".orbax-checkpoint-tmp"
 _MAX_LISTED = 5  # mismatches shown in an error message
 
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete or damaged (truncated files, wrong checksums)."""
+
+
+class NewerFormatError(CheckpointError):
+    """A checkpoint written by a newer mirrorfit: not damaged, so never deleted."""
 
 
 class Checkpoint(NamedTuple):
@@ -97,21 +118,38 @@ def _sha256(array: np.ndarray) -> str:
 
 
 def versions(path: str | os.PathLike) -> list[Path]:
-    """Complete versions under checkpoint directory ``path``, newest first ([] if none)."""
+    """Complete versions under checkpoint directory ``path``, newest first ([] if none).
+
+    Only directories laid out as `save` writes them count (`written_by_mirrorfit`); a
+    user's own ``ckpt-3`` folder is not a version.
+    """
     root = Path(path)
     if not root.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _VERSION.fullmatch(p.name)) and p.is_dir()]
+             if (m := VERSION_NAME.fullmatch(p.name)) and written_by_mirrorfit(p)]
     return [p for _, p in sorted(found, reverse=True)]
+
+
+def _next_number(root: Path) -> int:
+    """One more than any ``ckpt-<n>`` name in ``root``, the user's included: never reused."""
+    taken = [int(m.group(1)) for p in root.iterdir() if (m := VERSION_NAME.match(p.name))]
+    return 1 + max(taken, default=0)
 
 
 def _checkpointer() -> ocp.Checkpointer:
     return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
 
 
+def _meta_checksum(meta: Mapping[str, Any]) -> str:
+    """SHA-256 of ``meta`` without its ``sha256`` entry, as canonical JSON."""
+    body = {key: value for key, value in meta.items() if key != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
 def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = None, *,
-         keep: int = 1) -> Path:
+         keep: int = 1, argument: str = "path") -> Path:
     """Writes ``tree`` as a new version of checkpoint directory ``path``; returns the version.
 
     Args:
@@ -119,12 +157,18 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
         tree: pytree of arrays (``jax.Array`` s are copied to the host first).
         info: JSON-serializable metadata stored alongside (e.g. ``{"epoch": 3}``).
         keep: complete versions kept after this one is written (older ones are deleted).
+        argument: how the caller's user names ``path`` in error messages
+            (``"filepath"``, ``"backup_dir"``).
 
     Returns:
         The new version directory ``<path>/ckpt-<n>``.
 
     Raises:
         ValueError: if ``tree`` has no array leaves.
+        ValueError: naming ``argument``, if ``path`` is an existing file.
+        CheckpointWriteError: naming ``argument`` and the fix, if the write fails (full
+            disk, no permission). The new version's temporary files are removed; earlier
+            versions are untouched.
     """
     items = [(path_, np.asarray(leaf)) for path_, leaf in _segments(jax.device_get(tree))]
     if not items:
@@ -135,20 +179,39 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
                     "sha256": _sha256(a)} for p, a in items],
         "info": dict(info or {}),
     }
+    meta["sha256"] = _meta_checksum(meta)
+    shown = os.fspath(path)
     root = Path(path).absolute()
+    check_directory(root, shown, argument)
     chief = jax.process_index() == 0
     number = 0
-    if chief:  # one process numbers the version and tidies up; the others follow it
-        root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(f"*{_TMP_SUFFIX}*"):  # left by a crash mid-save
-            shutil.rmtree(stale, ignore_errors=True)
-        existing = versions(root)
-        number = 1 + (int(_VERSION.fullmatch(existing[0].name).group(1)) if existing else 0)
-    number = _from_chief(number)
-    target = root / f"ckpt-{number}"
-    with _checkpointer() as checkpointer:
-        checkpointer.save(target, args=ocp.args.Composite(
-            arrays=ocp.args.PyTreeSave(_nest(items)), meta=ocp.args.JsonSave(meta)))
+    try:
+        if chief:  # one process numbers the version and tidies up; the others follow it
+            root.mkdir(parents=True, exist_ok=True)
+            for stale in filter(is_partial, root.iterdir()):  # left by a crash mid-save
+                shutil.rmtree(stale, ignore_errors=True)
+            number = _next_number(root)
+        number = _from_chief(number)
+        target = root / f"ckpt-{number}"
+        with _checkpointer() as checkpointer:
+            checkpointer.save(target, args=ocp.args.Composite(
+                arrays=ocp.args.PyTreeSave(_nest(items)), meta=ocp.args.JsonSave(meta)))
+    except Exception as err:
+        failure = write_failure(err)
+        if failure is None:
+            raise
+        if chief and number:
+            for partial in root.glob(f"ckpt-{number}{TMP_SUFFIX}*"):
+                shutil.rmtree(partial, ignore_errors=True)
+        previous = versions(root)
+        kept = (f"The previous checkpoint {os.fspath(previous[0])!r} is intact." if previous
+                else "No earlier checkpoint was there.")
+        what, fix = failure
+        raise CheckpointWriteError(
+            getattr(err, "errno", None) or errno.EIO,
+            f"Could not write a checkpoint to {argument}={shown!r}: {what} "
+            f"({type(err).__name__}: {err}). {fix.format(argument=argument)} {kept} "
+            f"Received: {argument}={shown!r}") from err
     if chief:
         for old in versions(root)[keep:]:
             shutil.rmtree(old, ignore_errors=True)
@@ -183,12 +246,30 @@ def latest(path: str | os.PathLike) -> Path:
     return found[0]
 
 
+def _check_meta(meta: Any, version: Path, damaged: str) -> None:
+    """Raises unless ``meta`` is an intact description in a format this mirrorfit reads."""
+    tag = meta.get("format") if isinstance(meta, dict) else None
+    name, _, number = str(tag).partition("/")
+    if name != FORMAT_NAME or not number.isdigit():
+        raise CheckpointError(damaged.format(detail="its meta item is not a mirrorfit "
+                                                    "checkpoint description"))
+    if int(number) > FORMAT_VERSION:
+        raise NewerFormatError(
+            f"The checkpoint {os.fspath(version)!r} was written by a newer mirrorfit (format "
+            f"{tag!r}; this mirrorfit reads up to {FORMAT!r}). Nothing was loaded or deleted. "
+            "Upgrade mirrorfit to load it, or move the directory away to start over. "
+            f"Received: checkpoint {os.fspath(version)!r}")
+    if int(number) >= 2 and meta.get("sha256") != _meta_checksum(meta):
+        raise CheckpointError(damaged.format(detail="its meta item fails its SHA-256 checksum"))
+
+
 def load(version: str | os.PathLike) -> Checkpoint:
     """Reads and verifies one version directory (``<path>/ckpt-<n>``) as NumPy arrays.
 
     Raises:
+        NewerFormatError: naming ``version``, if a newer mirrorfit wrote it.
         CheckpointError: naming ``version``, if any file is missing, truncated or corrupted
-            (orbax fails to read it, or an array's shape or SHA-256 differs from ``meta``).
+            (orbax fails to read it, or ``meta`` or an array fails its SHA-256 or shape).
     """
     version = Path(version).absolute()
     damaged = (f"The checkpoint {os.fspath(version)!r} is damaged or incomplete and cannot be "
@@ -197,9 +278,7 @@ def load(version: str | os.PathLike) -> Checkpoint:
         with _checkpointer() as checkpointer:
             meta = checkpointer.restore(version, args=ocp.args.Composite(
                 meta=ocp.args.JsonRestore()))["meta"]
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise CheckpointError(damaged.format(detail="its meta item is not a mirrorfit "
-                                                            "checkpoint description"))
+            _check_meta(meta, version, damaged)
             entries = meta["arrays"]
             restore_args = _nest([(e["path"], ocp.RestoreArgs(restore_type=np.ndarray))
                                   for e in entries])
@@ -301,20 +380,6 @@ def decode_input_spec(encoded: Any) -> tuple[Any, np.dtype]:
     return shape, dtypes[0]
 
 
-def _storable_compile_args(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Compile arguments as JSON: names are kept, objects (not storable) become ``None``."""
-    if args is None:
-        return None
-    metrics = args["metrics"] or []
-    names = isinstance(metrics, (list, tuple)) and all(isinstance(m, str) for m in metrics)
-    return {
-        "optimizer": args["optimizer"] if isinstance(args["optimizer"], str) else None,
-        "loss": args["loss"] if isinstance(args["loss"], str) else None,
-        "metrics": list(metrics) if names else None,
-        "steps_per_execution": int(args["steps_per_execution"]),
-    }
-
-
 def _model_info(model, kind: str) -> dict[str, Any]:
     require_state(model.state)
     info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed}
@@ -322,21 +387,33 @@ def _model_info(model, kind: str) -> dict[str, Any]:
     if architecture is not None:
         info["architecture"] = architecture
     if kind == "model":
-        info["compile"] = _storable_compile_args(model.compile_config)
+        info["compile"] = saved_config.serialize_compile(model.compile_config)
+        info["module"] = saved_config.module_config(model.module)
     return info
 
 
-def save_weights(model, path: str | os.PathLike) -> Path:
+def save_weights(model, path: str | os.PathLike, argument: str = "path") -> Path:
     """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``)."""
+    if keras_archive.is_archive_path(path):
+        raise ValueError("save_weights writes a checkpoint directory, not a .keras file: "
+                         "use model.save(path) for a .keras file, or a directory name here. "
+                         f"Received: path={os.fspath(path)!r}")
     info = _model_info(model, "weights")
     state = model.state
-    return save(path, {"params": state.params, "model_state": state.model_state}, info)
+    return save(path, {"params": state.params, "model_state": state.model_state}, info,
+                argument=argument)
 
 
-def save_model(model, path: str | os.PathLike) -> Path:
-    """Saves ``model`` 's whole training state and config (see ``Model.save``)."""
+def save_model(model, path: str | os.PathLike, argument: str = "path") -> Path:
+    """Saves ``model`` 's whole training state and config (see ``Model.save``).
+
+    A path ending in ``.keras`` becomes one zip file (`keras_archive`).
+    """
     info = _model_info(model, "model")
-    return save(path, model.state._asdict(), info)
+    if keras_archive.is_archive_path(path):
+        return keras_archive.write(path, lambda tmp: (
+            save(tmp, model.state._asdict(), info, argument=argument), info)[1])
+    return save(path, model.state._asdict(), info, argument=argument)
 
 
 def read_latest(path: str | os.PathLike) -> Checkpoint:

@@ -21,6 +21,7 @@ import numpy as np
 
 from mirrorfit._src.checks import MirrorfitWarning
 from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src import checkpoint_files, fingerprint
 from mirrorfit._src.callbacks import Callback, StepCounter, check_save_freq, chief_print, monitor_op
 from mirrorfit._src.trainer import ResumePoint
 
@@ -92,10 +93,8 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint filepath names {err} which is not in the logs; "
                              f"available: epoch, batch, {', '.join(sorted(logs))}. Received: "
                              f"filepath={self.filepath!r}") from None
-        if self.save_weights_only:
-            self.model.save_weights(path)
-        else:
-            self.model.save(path)
+        save = checkpoint_lib.save_weights if self.save_weights_only else checkpoint_lib.save_model
+        save(self.model, path, argument="ModelCheckpoint filepath")
         if self.verbose > 0:
             chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
@@ -111,14 +110,35 @@ class BackupAndRestore(Callback):
     the same batches every epoch).
 
     Writes are atomic (see `mirrorfit._src.checkpoint`) and the two newest backups are
-    kept: a damaged newest backup is skipped with a warning and the previous one is used.
+    kept: a damaged newest backup (a file or its metadata fails its checksum) is skipped with
+    a warning and the previous one is used.
+
+    Nothing is lost or mixed:
+
+    * only what mirrorfit wrote is ever deleted: the ``ckpt-<n>`` backups of ``backup_dir``
+      (at the end of training, or a damaged one), never other files there;
+    * a non-empty ``backup_dir`` that holds no mirrorfit backup is refused;
+    * a backup written by a newer mirrorfit is refused, and kept;
+    * every backup records a fingerprint of the training data (shapes, dtypes and a hash of
+      a fixed sample of rows) and of the compile configuration (optimizer, loss, metrics),
+      and resuming with other data or another configuration is an error (a warning with
+      ``strict=False``).
 
     Args:
         backup_dir: directory of the backups (for this run only).
         save_freq: ``"epoch"`` (after each epoch) or an int number of train steps between
             backups. A step backup that would fall on the last step of an epoch is skipped
             (that epoch's validation has not run yet); the next one is taken as usual.
-        delete_checkpoint: delete ``backup_dir`` when training ends normally.
+        delete_checkpoint: delete the backups when training ends normally (and
+            ``backup_dir`` itself if nothing else is left in it).
+        strict: whether resuming with other training data or another compile configuration
+            than the backup's is an error (``True``) or a warning (``False``).
+
+    Raises:
+        ValueError: in ``fit``, for a ``backup_dir`` holding files but no backup, or a backup
+            whose fingerprints differ from the run's (``strict=True``).
+        mirrorfit._src.checkpoint.NewerFormatError: in ``fit``, for a backup written by a
+            newer mirrorfit.
 
     Example:
         >>> backup = mf.callbacks.BackupAndRestore("backup", save_freq=100)
@@ -127,7 +147,7 @@ class BackupAndRestore(Callback):
     """
 
     def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
-                 delete_checkpoint: bool = True):
+                 delete_checkpoint: bool = True, strict: bool = True):
         super().__init__()
         if not backup_dir:
             raise ValueError("BackupAndRestore needs a backup_dir (a directory for this run's "
@@ -135,6 +155,8 @@ class BackupAndRestore(Callback):
         self.backup_dir = Path(backup_dir)
         self.save_freq = check_save_freq(save_freq, "BackupAndRestore")
         self.delete_checkpoint = delete_checkpoint
+        self.strict = strict
+        self._fingerprints: dict[str, Any] = {}
         self._last_step = 0
         self._steps_since_save = 0
         self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
@@ -146,6 +168,10 @@ class BackupAndRestore(Callback):
     def on_train_begin(self, logs=None):
         self._last_step = self._steps_since_save = 0
         self._restored_history = None
+        self._refuse_foreign_directory()
+        self._fingerprints = {
+            "data": fingerprint.data_fingerprint(self.model.trainer.train_data),
+            "compile": fingerprint.compile_fingerprint(self.model.trainer.config)}
         backup = self._latest_valid()
         if backup is None:
             return
@@ -159,6 +185,7 @@ class BackupAndRestore(Callback):
                 f"{epoch} with a different shuffle order: the training data, validation_split or "
                 "seed changed, so resuming would not be exact. Train on the same data, or delete "
                 f"the backup directory to start over. Received: backup {os.fspath(backup.path)!r}")
+        self._check_fingerprints(backup)
         model = self.model
         state = checkpoint_lib.unflatten_like({"state": model.state},
                                               checkpoint_lib.select(arrays, "state"),
@@ -176,6 +203,33 @@ class BackupAndRestore(Callback):
         self._last_step = step
         self._restored_history = info["history"], info["history_epochs"]
 
+    def _refuse_foreign_directory(self) -> None:
+        directory = self.backup_dir
+        checkpoint_files.check_directory(directory, os.fspath(directory),
+                                         "BackupAndRestore backup_dir")
+        if (directory.is_dir() and any(directory.iterdir())
+                and not checkpoint_files.holds_checkpoints(directory)):
+            raise ValueError(
+                f"BackupAndRestore backup_dir {os.fspath(directory)!r} is not empty and holds "
+                "no mirrorfit backup: its files are not this run's, and backups (deleted at "
+                "the end of training) must not mix with them. Pass a new or empty directory "
+                f"for this run's backups. Received: backup_dir={os.fspath(directory)!r}")
+
+    def _check_fingerprints(self, backup: checkpoint_lib.Checkpoint) -> None:
+        found = fingerprint.differences(backup.info.get("fingerprints", {}), self._fingerprints)
+        if not found:
+            return
+        message = (f"The backup {os.fspath(backup.path)!r} was taken by a run with other "
+                   "training data or another compile configuration; resuming from it would "
+                   "mix two runs:\n  " + "\n  ".join(found) + "\n")
+        if self.strict:
+            raise ValueError(message + "Train with the same data and compile arguments, or "
+                             "move the backup directory away to start over, or pass "
+                             "BackupAndRestore(strict=False) to resume anyway. Received: "
+                             f"backup_dir={os.fspath(self.backup_dir)!r}")
+        warnings.warn(message + "Resuming anyway (strict=False).", MirrorfitWarning,
+                      stacklevel=3)
+
     def on_epoch_begin(self, epoch, logs=None):
         self._apply_restored_history()
 
@@ -188,13 +242,24 @@ class BackupAndRestore(Callback):
         self._restored_history = None
 
     def _latest_valid(self) -> checkpoint_lib.Checkpoint | None:
+        """The newest backup that loads; damaged ones mirrorfit wrote are deleted.
+
+        Raises:
+            NewerFormatError: for a backup of a newer mirrorfit (kept: it is not damaged).
+        """
         for version in checkpoint_lib.versions(self.backup_dir):
             try:
                 return checkpoint_lib.load(version)
+            except checkpoint_lib.NewerFormatError:
+                raise
             except checkpoint_lib.CheckpointError as err:
-                warnings.warn(f"BackupAndRestore: deleting a damaged backup and falling back to "
-                              f"the previous one. {err}", MirrorfitWarning, stacklevel=3)
-                shutil.rmtree(version, ignore_errors=True)
+                mine = checkpoint_files.written_by_mirrorfit(version)
+                action = "deleting" if mine else "skipping (not deleting: not laid out as a " \
+                                                 "mirrorfit backup)"
+                warnings.warn(f"BackupAndRestore: {action} a damaged backup and falling back "
+                              f"to the previous one. {err}", MirrorfitWarning, stacklevel=3)
+                if mine:
+                    shutil.rmtree(version, ignore_errors=True)
         return None
 
     def on_train_batch_end(self, batch, logs=None):
@@ -233,10 +298,12 @@ class BackupAndRestore(Callback):
             if order is not None:
                 tree["order"] = order
         host = jax.device_get(tree)  # now: the next step donates these buffers
-        info = {"kind": "backup", "epoch": epoch, "step": step, **self._history(ended)}
-        checkpoint_lib.save(self.backup_dir, host, info, keep=2)
+        info = {"kind": "backup", "epoch": epoch, "step": step,
+                "fingerprints": self._fingerprints, **self._history(ended)}
+        checkpoint_lib.save(self.backup_dir, host, info, keep=2,
+                            argument="BackupAndRestore backup_dir")
 
     def on_train_end(self, logs=None):
         self._apply_restored_history()  # a backup taken after the last epoch resumes no epoch
-        if self.delete_checkpoint:
-            shutil.rmtree(self.backup_dir, ignore_errors=True)
+        if self.delete_checkpoint and jax.process_index() == 0:
+            checkpoint_files.remove_checkpoints(self.backup_dir)

@@ -11,6 +11,7 @@ from typing import Any
 from mirrorfit._src import multi_output
 from mirrorfit._src import optimizers as optimizers_lib
 from mirrorfit._src.keras_models import freeze_non_trainable
+from mirrorfit._src.loss_scale import LossScaleOptimizer
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.steps import StepConfig
 
@@ -24,21 +25,30 @@ class _Renamed:
 
 
 def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any = None, *,
-                loss_weights: Any = None, weighted_metrics: Any = None) -> StepConfig:
+                loss_weights: Any = None, weighted_metrics: Any = None,
+                scale_loss: bool = False, require_loss: bool = True) -> StepConfig:
     """The `StepConfig` for ``Model.compile(optimizer, loss, metrics, ...)``.
+
+    With ``scale_loss`` (``"mixed_float16"``), the optimizer is wrapped in a
+    `LossScaleOptimizer` unless it is one already, as Keras' ``compile`` does.
+    ``require_loss=False`` (a model with its own ``train_step``) accepts ``loss=None``.
 
     Raises:
         ValueError: for a missing loss, an unknown name, per-output arguments that do not
             match the outputs, or two metrics with one log name.
         TypeError: for ``metrics`` that is not a list or dict, or objects of the wrong type.
     """
-    if loss is None:
+    if loss is None and require_loss:
         raise ValueError("compile needs a loss, e.g. loss=\"sparse_categorical_crossentropy\"."
                          " Received: loss=None")
     # Layers set to trainable=False before compile get no updates, as in Keras.
     tx = freeze_non_trainable(optimizers_lib.get(optimizer), getattr(adapter, "module", None))
+    if scale_loss and not isinstance(tx, LossScaleOptimizer):
+        tx = LossScaleOptimizer(tx)
     keys = multi_output.loss_keys(loss)
-    if keys is None:
+    if loss is None:
+        loss_fn = None
+    elif keys is None:
         loss_fn = multi_output.scaled(multi_output.single_loss(loss), loss_weights)
     else:
         loss_fn = multi_output.MultiOutputLoss(loss, loss_weights)

@@ -1,79 +1,85 @@
-"""`load_model`: a `Model` rebuilt from a directory written by ``Model.save``.
+"""`load_model`: a `Model` rebuilt from what ``Model.save`` wrote (a directory or a ``.keras``
+file).
 
 It sits above the facade: it constructs a `Model` from the stored input spec and seed (and
-architecture, for a model of ``mirrorfit.layers``), compiles it with the stored (or given)
-compile arguments, and restores the training state through `mirrorfit._src.checkpoint`.
+the module, when it is given, found in ``custom_objects``, or stored as the architecture of
+a model of ``mirrorfit.layers``), compiles it with the stored compile configuration
+(`mirrorfit._src.saved_config`), and restores the training state through
+`mirrorfit._src.checkpoint`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src import keras_archive, saved_config
 from mirrorfit._src.keras_models import from_architecture
 from mirrorfit._src.model import Model
 from mirrorfit._src.sequential_model import module_of
 
 
 def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = None,
-               loss: Any = None, metrics: Sequence[Any] | None = None,
-               custom_objects: dict[str, Any] | None = None) -> Model:
+               loss: Any = None, metrics: Sequence[Any] | None = None, compile: bool = True,
+               custom_objects: Mapping[str, Any] | None = None) -> Model:
     """Loads a model saved by `Model.save`, mirrored on the current strategy's devices.
 
     Args:
-        path: the directory given to ``model.save``.
+        path: the directory or ``.keras`` file given to ``model.save``.
         module: the Flax module the model was built from (or the list of layers of a
-            `Sequential`). Optional for a model of ``mirrorfit.layers``: its architecture
-            is stored as JSON (layer configs, never pickled code) and rebuilt.
-        optimizer, loss, metrics: compile arguments; default to the names stored by ``save``.
-            Required when the saved model was compiled with objects instead of names.
-        custom_objects: ``{class_name: class}`` of custom layers in a stored architecture.
+            `Sequential`). ``None``: a model of ``mirrorfit.layers`` is rebuilt from its
+            stored architecture (layer configs as JSON; custom layers from
+            ``custom_objects``); another linen module from ``custom_objects`` by its class
+            name, when its fields are plain values. Only weights and JSON are stored,
+            never code or pickles.
+        optimizer, loss, metrics: override the stored compile configuration. Needed only for
+            objects that have no ``get_config`` (e.g. a raw optax transformation).
+        compile: ``False`` loads the weights only, into an uncompiled model.
+        custom_objects: ``{class name: class}`` for the module and for custom losses,
+            metrics or optimizers stored by their ``get_config``.
 
     Returns:
-        A built `Model` (compiled if the saved one was) with the saved weights, optimizer
-        state, step and RNG key: training continues exactly where it stopped.
+        A built `Model`, compiled as the saved one was (optimizer, its state, loss, metrics,
+        ``steps_per_execution``), with the saved weights, step and RNG key: training
+        continues exactly where it stopped.
 
     Raises:
-        ValueError: if a needed compile argument was not stored and not given, if no
-            ``module`` was given and no architecture was stored, if a stored layer class is
-            unknown (pass ``custom_objects``), or if the checkpoint does not match ``module``
-            (listing the mismatching paths).
+        ValueError: if a compile argument without a config was not passed (listing them), if
+            the module is neither given nor in ``custom_objects``, or if the checkpoint does
+            not match the module (listing the mismatching paths).
 
     Example:
-        >>> model.save("run/model")
+        >>> model.save("run/model.keras")
         >>> with mf.MirroredStrategy().scope():
-        ...     restored = mf.load_model("run/model", model.module)
+        ...     restored = mf.load_model("run/model.keras", model.module)
         >>> with mf.MirroredStrategy().scope():
         ...     keras_style = mf.Sequential([mf.Input((4,)), mf.layers.Dense(3)])
         ...     keras_style.save("run/keras_style")
         ...     restored = mf.load_model("run/keras_style")  # architecture from the save
     """
-    found = checkpoint_lib.read_latest(path)
-    input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
-    stored = found.info.get("compile")
-    if stored is not None:
-        given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
-        args = {k: stored[k] if v is None else v for k, v in given.items()}
-        for name, value in args.items():
-            if value is None:
-                raise ValueError(
-                    f"The model at {os.fspath(path)!r} was compiled with a {name} object, which "
-                    f"is not stored (no pickle). Pass it again: mf.load_model(path, module, "
-                    f"{name}=...). Received: {name}=None")
-    if module is None:
-        if "architecture" not in found.info:
-            raise ValueError(
-                f"The model at {os.fspath(path)!r} stores no architecture (only models built "
-                "from mirrorfit.layers with get_config do); pass the module it was built from:"
-                " mf.load_model(path, module). Received: module=None")
+    if keras_archive.is_archive_path(path):
+        with keras_archive.extracted(path) as directory:
+            found = checkpoint_lib.read_latest(directory)
+    else:
+        found = checkpoint_lib.read_latest(path)
+    custom_objects = dict(custom_objects or {})
+    if module is None and "architecture" in found.info:
         module = from_architecture(found.info["architecture"], custom_objects)
-    if isinstance(module, (list, tuple)):
+    elif module is None:
+        module = saved_config.rebuild_module(found.info.get("module"), custom_objects,
+                                             os.fspath(path))
+    elif isinstance(module, (list, tuple)):
         module = module_of(list(module))
+    input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
     model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
-    if stored is not None:
+    stored = found.info.get("compile")
+    if compile and stored is not None:
+        given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
+        args = saved_config.deserialize_compile(stored, given, custom_objects, os.fspath(path))
         model.compile(**args, steps_per_execution=stored["steps_per_execution"])
     # A save_weights checkpoint loads too, with fresh optimizer state, step and RNG key.
-    checkpoint_lib.restore_into(model, found, weights_only=found.info.get("kind") != "model")
+    weights_only = not model.compiled or found.info.get("kind") != "model"
+    checkpoint_lib.restore_into(model, found, weights_only=weights_only)
     return model

@@ -7,6 +7,7 @@ rate is a leaf of the optimizer state, replaced between steps through
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -78,6 +79,26 @@ def set_learning_rate(model, value: float, owner: str = "This callback") -> None
                                               is_leaf=_is_lr_state))
 
 
+def _takes_two_arguments(schedule: Callable[..., float]) -> bool:
+    """Whether ``schedule`` is called as ``schedule(epoch, lr)`` rather than ``(epoch)``.
+
+    Raises:
+        TypeError: if it can be called neither way.
+    """
+    try:
+        signature = inspect.signature(schedule)
+    except (TypeError, ValueError):  # a builtin without a signature: Keras' form
+        return True
+    for count in (2, 1):
+        try:
+            signature.bind(*range(count))
+            return count == 2
+        except TypeError:
+            continue
+    raise TypeError("LearningRateScheduler's schedule must take (epoch, lr) or (epoch), "
+                    f"epoch 0-based. Received: schedule with signature {signature}")
+
+
 class LearningRateScheduler(Callback):
     """Sets the learning rate at the start of each epoch from ``schedule(epoch, lr)``.
 
@@ -90,6 +111,9 @@ class LearningRateScheduler(Callback):
     and logged as ``learning_rate`` at each epoch end.
 
     Raises:
+        TypeError: if ``schedule`` is not callable, or takes neither ``(epoch, lr)`` nor
+            ``(epoch)``. The calling form is read from its signature, so a ``TypeError``
+            raised inside the schedule reaches the caller unchanged.
         ValueError: at the first epoch, if the optimizer has no injectable learning rate.
     """
 
@@ -100,13 +124,13 @@ class LearningRateScheduler(Callback):
                             f"Received: schedule={schedule!r}")
         self.schedule = schedule
         self.verbose = verbose
+        self._takes_lr = _takes_two_arguments(schedule)
 
     def on_epoch_begin(self, epoch, logs=None):
         lr = get_learning_rate(self.model, "LearningRateScheduler")
-        try:
-            new = self.schedule(epoch, lr)
-        except TypeError:  # a schedule of the epoch only, as Keras allows
-            new = self.schedule(epoch)
+        # The form comes from the signature, so a TypeError raised inside the schedule
+        # reaches the user as it is.
+        new = self.schedule(epoch, lr) if self._takes_lr else self.schedule(epoch)
         if isinstance(new, bool) or not isinstance(new, (float, int, np.floating, np.integer)):
             raise ValueError("LearningRateScheduler's schedule must return a float. Received: "
                              f"{new!r} for epoch {epoch}")

@@ -4,6 +4,9 @@ The steps never see a Flax module, only a `ModuleAdapter`:
 
 * ``init(rng, x) -> (params, model_state)``
 * ``apply(params, model_state, x, *, train, rng) -> (y_pred, new_model_state)``
+* ``apply_with_losses(...) -> (y_pred, new_model_state, losses)``: also the values the module
+  sowed into the ``"losses"`` collection (``self.sow("losses", name, value)``), never kept in
+  ``model_state``.
 
 ``params`` is the trainable ``"params"`` collection; ``model_state`` holds every other
 collection (BatchNorm ``batch_stats``, nnx RNG counters, ...). This module also owns the
@@ -23,6 +26,8 @@ import flax.linen as nn
 import jax
 from flax import nnx
 
+LOSSES = "losses"
+"""The collection whose sown values are added to the training loss (``model.losses``)."""
 _TRAIN_KWARGS = ("train", "training")
 _INFERENCE_KWARGS = ("deterministic", "use_running_average")
 
@@ -80,6 +85,11 @@ class ModuleAdapter:
         raise NotImplementedError
 
     def apply(self, params: Any, model_state: Any, x: Any, *, train: bool, rng: jax.Array):
+        y, model_state, _ = self.apply_with_losses(params, model_state, x, train=train, rng=rng)
+        return y, model_state
+
+    def apply_with_losses(self, params: Any, model_state: Any, x: Any, *, train: bool,
+                          rng: jax.Array) -> tuple[Any, Any, Any]:
         raise NotImplementedError
 
     def tabulate(self, rng: jax.Array, x: Any) -> str:
@@ -102,19 +112,18 @@ class LinenAdapter(ModuleAdapter):
             {"params": params_rng, "dropout": dropout_rng}, *call_inputs(x), **self._kwargs(False)
         )
         variables = dict(variables)
+        variables.pop(LOSSES, None)  # sown per forward pass, not state
         params = variables.pop("params", {})
         return params, variables
 
-    def apply(self, params, model_state, x, *, train, rng):
+    def apply_with_losses(self, params, model_state, x, *, train, rng):
         variables = {"params": params, **model_state}
-        kwargs = self._kwargs(train)
-        rngs = {"dropout": rng}
-        if train and model_state:
-            y, mutated = self.module.apply(
-                variables, *call_inputs(x), rngs=rngs, mutable=list(model_state), **kwargs
-            )
-            return y, {**model_state, **mutated}
-        return self.module.apply(variables, *call_inputs(x), rngs=rngs, **kwargs), model_state
+        mutable = [*model_state, LOSSES] if train else [LOSSES]
+        y, mutated = self.module.apply(variables, *call_inputs(x), rngs={"dropout": rng},
+                                       mutable=mutable, **self._kwargs(train))
+        mutated = dict(mutated)
+        losses = mutated.pop(LOSSES, {})
+        return y, ({**model_state, **mutated} if train else model_state), losses
 
     def tabulate(self, rng, x):
         return self.module.tabulate(
@@ -150,7 +159,7 @@ class NnxAdapter(ModuleAdapter):
         state = nnx.State(params)
         return nnx.merge(graphdef, state, model_state, copy=True)
 
-    def apply(self, params, model_state, x, *, train, rng):
+    def apply_with_losses(self, params, model_state, x, *, train, rng):
         keys = itertools.count()
 
         def reseed(variable):
@@ -169,7 +178,7 @@ class NnxAdapter(ModuleAdapter):
             model_state,
             is_leaf=_is_variable,
         )
-        return y, new_state
+        return y, new_state, {}  # nnx modules sow nnx.Intermediate, not "losses"
 
     def tabulate(self, rng, x):
         del rng

@@ -80,7 +80,7 @@ class MultiOutputLoss:
         given = _per_output(loss, self.keys, "loss")
         weights = {key: 1.0 for key in self.keys} if loss_weights is None else _per_output(
             loss_weights, self.keys, "loss_weights")
-        self.losses = {key: losses_lib.get(fn) for key, fn in given.items() if fn is not None}
+        self.losses = {key: fit_loss(fn) for key, fn in given.items() if fn is not None}
         if not self.losses:
             raise ValueError(f"loss must give a loss for at least one output. Received: "
                              f"loss={loss!r}")
@@ -122,9 +122,31 @@ class MultiOutputLoss:
         return None if not flags else jnp.any(jnp.stack(flags), axis=0)
 
 
+FIT_REDUCTIONS = ("sum_over_batch_size", "mean", None, "none")
+"""Loss reductions ``fit`` honours: all mean the weighted mean over the global batch."""
+
+
+def fit_loss(loss: Any) -> Callable:
+    """``losses.get(loss)``, refusing a reduction that ``fit`` would not honour.
+
+    Raises:
+        ValueError: for a `mirrorfit.losses` object whose ``reduction`` is ``"sum"`` or
+            ``"mean_with_sample_weight"``.
+    """
+    fn = losses_lib.get(loss)
+    reduction = getattr(getattr(fn, "loss", None), "reduction", None)
+    if reduction not in FIT_REDUCTIONS:
+        raise ValueError(
+            f"In fit and evaluate the loss is the weighted mean over the global batch, summed "
+            f"over replicas and padding-exact (Keras' 'sum_over_batch_size'), so the loss "
+            f"{fn.name!r} cannot use reduction={reduction!r} there. Drop `reduction=` (scale "
+            f"the learning rate or use loss_weights instead). Received: reduction={reduction!r}")
+    return fn
+
+
 def single_loss(loss: Any) -> Callable:
     """A loss for a model with one output; a built-in loss refuses several outputs."""
-    fn = losses_lib.get(loss)
+    fn = fit_loss(loss)
     if not isinstance(fn, losses_lib.PerExampleLoss):
         return fn  # a custom callable may handle any output structure itself
 

@@ -1,11 +1,13 @@
 """`MultiWorkerMirroredStrategy`: mirrored training over several processes (hosts).
 
-This module owns everything that knows about the job's *processes*:
+This module owns joining the job and what the strategy knows about the job's *processes*:
 
-* joining the job: ``jax.distributed.initialize``, once per process, from explicit
-  arguments, the ``MIRRORFIT_*`` environment variables, or JAX's cluster auto-detection
-  (SLURM, Open MPI, Cloud TPU, Kubernetes), with bounded timeouts;
-* gloo collectives on the CPU backend, so multi-process runs work without accelerators;
+* joining: the configuration (`mirrorfit._src.cluster`: arguments, ``MIRRORFIT_*``,
+  ``TF_CONFIG``, SLURM / Open MPI / Kubernetes / Cloud TPU, else one local process), the
+  roll call that names missing processes (`mirrorfit._src.rendezvous`), then
+  ``jax.distributed.initialize`` once per process with gloo collectives on the CPU backend;
+* failing fast (`mirrorfit._src.failfast`): an uncaught exception on one process ends every
+  process within seconds; gloo's connection lines are hidden (`mirrorfit._src.worker_output`);
 * the consistency check at the start of ``fit`` (`MultiWorkerMirroredStrategy.check_same`):
   every process must train with the same global batch, input shapes and model.
 
@@ -13,35 +15,29 @@ Everything else (the mesh over **all** processes' devices, placement, compiled s
 inherited from `MirroredStrategy`; `MirroredStrategy.shard_batch` passes each process's rows
 of every global batch to ``jax.make_array_from_process_local_data``.
 
-A process that dies is noticed by JAX's coordination service: the other processes stop
-getting its heartbeat and terminate with "Terminating process because the JAX distributed
-service detected fatal errors" after ``heartbeat_timeout`` seconds, so no process waits on
-a collective forever.
+A process killed outright (no Python exception) makes the others' next gloo collective
+fail at once on the CPU backend; otherwise JAX's coordination service notices the missing
+heartbeat and terminates the others after ``heartbeat_timeout`` seconds (at once when the
+dead process is process 0, which hosts the service).
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import socket
-import time
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
+from mirrorfit._src import cluster, failfast, rendezvous, worker_output
+from mirrorfit._src.cluster import ClusterConfig, ClusterResolver
 from mirrorfit._src.mesh import check_same_across_processes
 from mirrorfit._src.strategy import MirroredStrategy
 
-COORDINATOR_ENV = "MIRRORFIT_COORDINATOR"
-NUM_PROCESSES_ENV = "MIRRORFIT_NUM_PROCESSES"
-PROCESS_ID_ENV = "MIRRORFIT_PROCESS_ID"
-INIT_TIMEOUT_ENV = "MIRRORFIT_INIT_TIMEOUT"
-HEARTBEAT_TIMEOUT_ENV = "MIRRORFIT_HEARTBEAT_TIMEOUT"
-
-DEFAULT_INIT_TIMEOUT = 300  # seconds to wait for every process to join
-DEFAULT_HEARTBEAT_TIMEOUT = 100  # seconds without a heartbeat before a process counts as dead
+_NO_CLUSTER = ("MultiWorkerMirroredStrategy: no cluster configuration found (no "
+               "coordinator_address, MIRRORFIT_COORDINATOR, TF_CONFIG, or SLURM / Open MPI / "
+               "Kubernetes / Cloud TPU job), so this process runs as the only worker.")
+_joined: ClusterConfig | None = None  # this process's multi-process job, once joined
 
 
 class MultiWorkerMirroredStrategy(MirroredStrategy):
@@ -59,22 +55,38 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
     global and identical on every process; only the chief (process 0) prints progress and
     writes logs.
 
+    Where the processes find each other, first match wins: the arguments; the
+    ``MIRRORFIT_*`` environment variables (``python -m mirrorfit.launch`` sets them);
+    ``TF_CONFIG`` (``cluster.chief`` or else ``cluster.worker[0]`` is process 0 and hosts the
+    coordinator, ``task.index`` gives the process id); JAX's detection of SLURM, Open MPI,
+    Kubernetes and Cloud TPU jobs. With none of them the strategy runs as one process on its
+    local devices and prints one line saying so, as TF falls back to a local worker.
+
+    An uncaught exception on any process ends every process of the job within a few
+    seconds: the failing one exits with code 1 after its traceback, the others with
+    `PEER_FAILED_EXIT_CODE` (75) after one line naming it.
+
     Args:
         coordinator_address: ``"host:port"`` of process 0's coordination service. Default:
-            ``$MIRRORFIT_COORDINATOR``, else JAX's cluster auto-detection.
+            ``$MIRRORFIT_COORDINATOR``, else ``TF_CONFIG``, else JAX's cluster detection.
         num_processes: processes in the job. Default: ``$MIRRORFIT_NUM_PROCESSES``.
         process_id: this process's index in ``[0, num_processes)``. Default:
             ``$MIRRORFIT_PROCESS_ID``.
         local_device_ids: the local devices this process uses (default: all).
         initialization_timeout: seconds to wait for all processes to join. Default:
             ``$MIRRORFIT_INIT_TIMEOUT``, else 300.
-        heartbeat_timeout: seconds after which a silent (dead) process makes the others
-            terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
+        heartbeat_timeout: seconds after which a silent process (e.g. on a machine that
+            vanished) makes the others terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
+
+    Attributes:
+        cluster_resolver: this process's `ClusterResolver` (``task_type``, ``task_id``,
+            ``cluster_spec()``), as in tf.distribute.
 
     Raises:
-        ValueError: for a malformed or inconsistent setting (naming it), or when the
-            coordinator cannot be reached within ``initialization_timeout`` (naming
-            ``coordinator_address``).
+        ValueError: for a malformed or inconsistent argument or environment variable
+            (naming it), raised before JAX is touched.
+        TimeoutError: when some process does not join within ``initialization_timeout``
+            (naming the missing process ids) or process 0 is unreachable.
         RuntimeError: if JAX already started its backends in this process without
             ``jax.distributed``.
 
@@ -86,14 +98,18 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
         >>> batch_size = 32 * strategy.num_replicas_in_sync  # doctest: +SKIP
     """
 
+    PEER_FAILED_EXIT_CODE: int = failfast.PEER_FAILED_EXIT_CODE
+    """Exit code of a process stopped because another process of the job failed."""
+
     def __init__(self, coordinator_address: str | None = None, num_processes: int | None = None,
                  process_id: int | None = None,
                  local_device_ids: int | Sequence[int] | None = None, *,
                  initialization_timeout: int | None = None,
                  heartbeat_timeout: int | None = None):
-        initialize(coordinator_address, num_processes, process_id, local_device_ids,
-                   initialization_timeout=initialization_timeout,
-                   heartbeat_timeout=heartbeat_timeout)
+        config = initialize(coordinator_address, num_processes, process_id, local_device_ids,
+                            initialization_timeout=initialization_timeout,
+                            heartbeat_timeout=heartbeat_timeout)
+        self.cluster_resolver = ClusterResolver(config)
         super().__init__()
 
     def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
@@ -133,113 +149,77 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
 # -- joining the job -----------------------------------------------------------------------
 
 
-def _env_int(name: str, value: Any, env: str) -> int | None:
-    if value is None:
-        value = os.environ.get(env)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"{env} must be an int ({name}). Received: {env}={value!r}"
-                             ) from None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int. Received: {name}={value!r}")
-    return int(value)
+def _config_from_jax() -> ClusterConfig:
+    """The job of a process whose user called ``jax.distributed.initialize`` directly."""
+    from jax._src import distributed
 
-
-def _check_settings(address, num_processes, process_id) -> None:
-    if address is not None and (not isinstance(address, str) or ":" not in address):
-        raise ValueError("coordinator_address must be 'host:port' of process 0 (e.g. "
-                         f"'10.0.0.1:1234'). Received: coordinator_address={address!r}")
-    if num_processes is not None and num_processes < 1:
-        raise ValueError("num_processes must be a positive int, the processes in the job. "
-                         f"Received: num_processes={num_processes}")
-    if process_id is not None and num_processes is not None and not (
-            0 <= process_id < num_processes):
-        raise ValueError(f"process_id must be in [0, num_processes={num_processes}): one "
-                         "index per process, 0 for the chief. Received: "
-                         f"process_id={process_id}")
-    if address is not None and (num_processes is None or process_id is None):
-        raise ValueError("With a coordinator_address, give num_processes and process_id too "
-                         f"(or {NUM_PROCESSES_ENV} and {PROCESS_ID_ENV}). Received: "
-                         f"num_processes={num_processes}, process_id={process_id}")
-
-
-def _wait_for_coordinator(address: str, timeout: float, process_id, num_processes) -> None:
-    """Waits until process 0's coordinator accepts connections, or raises after ``timeout``.
-
-    JAX aborts the whole process when it cannot register with the coordinator, so this
-    check runs first and turns an unreachable address into an error that names it.
-    """
-    host, _, port = address.rpartition(":")
-    try:
-        port_number = int(port)
-    except ValueError:
-        raise ValueError("coordinator_address must be 'host:port' with an int port. "
-                         f"Received: coordinator_address={address!r}") from None
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host.strip("[]"), port_number), timeout=1.0):
-                return
-        except OSError as err:
-            if time.monotonic() >= deadline:
-                raise ValueError(
-                    f"coordinator_address={address!r} is unreachable: no coordinator accepted "
-                    f"a connection within initialization_timeout={timeout} s (this process: "
-                    f"process_id={process_id} of num_processes={num_processes}). Check that "
-                    f"process 0 runs and that host and port are right (set "
-                    f"{COORDINATOR_ENV} or coordinator_address). Received: {err}") from None
-            time.sleep(0.2)
+    state = distributed.global_state
+    return ClusterConfig(state.coordinator_address, state.num_processes, state.process_id,
+                         cluster.DEFAULT_INIT_TIMEOUT, cluster.DEFAULT_HEARTBEAT_TIMEOUT,
+                         "jax.distributed", "worker", state.process_id,
+                         {"worker": [state.coordinator_address or ""] +
+                          [""] * (state.num_processes - 1)})
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None,
                local_device_ids: int | Sequence[int] | None = None, *,
                initialization_timeout: int | None = None,
-               heartbeat_timeout: int | None = None) -> None:
-    """Joins this process to the job with ``jax.distributed.initialize``, once per process.
+               heartbeat_timeout: int | None = None) -> ClusterConfig:
+    """Joins this process to the job, once per process; returns the job's configuration.
 
-    Arguments default to the ``MIRRORFIT_*`` environment variables, then to JAX's cluster
-    auto-detection. A second call (e.g. a second strategy) reuses the first connection.
+    Resolves the configuration (`mirrorfit._src.cluster.resolve`), holds the roll call
+    (`mirrorfit._src.rendezvous.roll_call`), then calls ``jax.distributed.initialize`` and
+    installs the fail-fast hooks. With no configuration, prints one line and joins nothing.
+    Once joined, a later call (e.g. a second strategy) returns the joined configuration.
 
     Raises:
-        ValueError: for bad settings, or an unreachable coordinator (naming the address).
+        ValueError: for bad settings, naming the argument or environment variable.
+        TimeoutError: naming the process ids that did not join in time.
         RuntimeError: if JAX's backends started before this call.
-
-    JAX itself terminates the process (with "the JAX distributed service detected fatal
-    errors") when the job cannot form within ``initialization_timeout`` or a peer stops
-    sending heartbeats for ``heartbeat_timeout`` seconds.
     """
-    from jax._src import distributed
+    from jax._src import distributed, xla_bridge
 
-    if distributed.global_state.client is not None:
-        return
-    address = coordinator_address or os.environ.get(COORDINATOR_ENV)
-    num_processes = _env_int("num_processes", num_processes, NUM_PROCESSES_ENV)
-    process_id = _env_int("process_id", process_id, PROCESS_ID_ENV)
-    _check_settings(address, num_processes, process_id)
-    init_timeout = _env_int("initialization_timeout", initialization_timeout, INIT_TIMEOUT_ENV)
-    heartbeat = _env_int("heartbeat_timeout", heartbeat_timeout, HEARTBEAT_TIMEOUT_ENV)
-    init_timeout = DEFAULT_INIT_TIMEOUT if init_timeout is None else init_timeout
-    heartbeat = DEFAULT_HEARTBEAT_TIMEOUT if heartbeat is None else heartbeat
-    if address is not None and process_id != 0:
-        _wait_for_coordinator(address, init_timeout, process_id, num_processes)
-    # gloo gives the CPU backend cross-process collectives; it must be set before the
-    # backends start, and affects no other backend.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    supported = inspect.signature(jax.distributed.initialize).parameters
-    timeouts = {"initialization_timeout": init_timeout, "heartbeat_timeout_seconds": heartbeat,
-                "shutdown_timeout_seconds": heartbeat}
-    kwargs = {k: v for k, v in timeouts.items() if k in supported}
-    try:
-        jax.distributed.initialize(address, num_processes, process_id, local_device_ids,
-                                   **kwargs)
-    except RuntimeError as err:
-        if "before any JAX" not in str(err):
-            raise
+    global _joined
+    if _joined is not None:
+        return _joined
+    if distributed.global_state.client is not None:  # the user called it already
+        _joined = _config_from_jax()
+        _install_hooks(_joined)
+        return _joined
+    config = cluster.resolve(coordinator_address, num_processes, process_id,
+                             initialization_timeout=initialization_timeout,
+                             heartbeat_timeout=heartbeat_timeout)
+    if config.coordinator_address is None:  # not remembered: a later call may find a job
+        print(_NO_CLUSTER, file=sys.stderr, flush=True)
+        return config
+    if xla_bridge.backends_are_initialized():
         raise RuntimeError(
             "MultiWorkerMirroredStrategy must be created before any JAX computation in the "
             "process (jax.distributed must start before JAX's backends): create it first "
-            f"thing in the script. Received: {err}") from err
+            f"thing in the script. Received: a job of {config.num_processes} processes "
+            f"from {config.source}, after JAX started")
+    rendezvous.roll_call(config.coordinator_address, config.num_processes, config.process_id,
+                         config.initialization_timeout)
+    # gloo gives the CPU backend cross-process collectives; it must be set before the
+    # backends start, and affects no other backend.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        config.coordinator_address, config.num_processes, config.process_id,
+        local_device_ids, initialization_timeout=config.initialization_timeout,
+        heartbeat_timeout_seconds=config.heartbeat_timeout,
+        shutdown_timeout_seconds=config.heartbeat_timeout)
+    _joined = config
+    _install_hooks(config)
+    return config
+
+
+def _install_hooks(config: ClusterConfig) -> None:
+    """Hides gloo's connection lines (CPU backend) and makes failures end the job fast."""
+    from jax._src import distributed
+
+    if jax.default_backend() == "cpu" and not cluster.gloo_logs_shown():
+        worker_output.hide_gloo_lines()
+    failfast.install(distributed.global_state.client, config.process_id,
+                     config.num_processes, exit_timeout=config.heartbeat_timeout,
+                     before_exit=worker_output.flush)

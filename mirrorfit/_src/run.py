@@ -25,6 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from mirrorfit._src import mirrored_outputs
 from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.replica_context import ReplicaContext, replica_context
 from mirrorfit._src.values import Mirrored, PerReplica, ReduceOp, batch_mask, unwrap_mirrored
@@ -147,11 +148,12 @@ class Runner:
         outputs = compiled(*dynamic)
         self._in_flight.push(outputs)
         if mask is None:
-            return jax.tree.map(PerReplica, outputs)
+            return mirrored_outputs.resolve(jax.tree.map(PerReplica, outputs), mesh, fn)
         per_replica_mask = mask.reshape(mesh.num_replicas_in_sync, -1)
         leaves, treedef = jax.tree.flatten(outputs)
-        return jax.tree.unflatten(treedef, [PerReplica(v, per_replica_mask if a else None)
-                                            for v, a in zip(leaves, aligned)])
+        return mirrored_outputs.resolve(jax.tree.unflatten(treedef, [
+            PerReplica(v, per_replica_mask if a else None) for v, a in zip(leaves, aligned)]),
+            mesh, fn)
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         """See `MirroredStrategy.reduce`."""

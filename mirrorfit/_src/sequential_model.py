@@ -17,7 +17,7 @@ from mirrorfit._src.functional import KerasTensor
 from mirrorfit._src.keras_models import model_module
 from mirrorfit._src.layers.base import Layer
 from mirrorfit._src.model import Model
-from mirrorfit._src.modules import adapt, sequential
+from mirrorfit._src.modules import sequential
 from mirrorfit._src.sequential import sequential_module
 
 
@@ -77,6 +77,6 @@ class Sequential(Model):
         module, sample = model_module(module_of(layers, self._name), self._input_shape,
                                       None, None, None)
         self._layer_list = layers
-        self._set_module(module, adapt(module), self._input_shape, sample)
+        self._set_module(module, self._adapt(module), self._input_shape, sample)
         if self._compile_config is not None:
             self.compile(**self._compile_config)

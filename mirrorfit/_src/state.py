@@ -19,7 +19,7 @@ class TrainState(NamedTuple):
     params: Any  # pytree of float arrays, the Flax "params" collection, shapes per layer
     model_state: Any  # pytree: other collections (e.g. BatchNorm batch_stats), {} when none
     opt_state: Any  # optax state for ``params``
-    step: jax.Array  # int32 [], number of optimizer updates applied so far
+    step: jax.Array  # int32 [], train steps taken (with loss scaling, skipped ones count)
     rng: jax.Array  # uint32 [2], base PRNG key; each step folds in step and replica id
 
 

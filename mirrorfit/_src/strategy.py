@@ -115,9 +115,15 @@ class MirroredStrategy(DeviceMesh):
             ``fn``'s output structure with every leaf a `PerReplica` (a global array
             ``[num_replicas_in_sync, ...]`` sharded over the mesh). Outputs whose second axis
             is the per-replica batch of a padded batch carry its mask.
+            A pytree ``fn`` returns wrapped in ``mf.Mirrored`` (a value every replica
+            computes identically, e.g. params after `mirrorfit.apply_gradients`) comes back
+            with `Mirrored` leaves instead; ``MIRRORFIT_CHECK_MIRRORED=1`` verifies that they
+            agree across replicas (`mirrorfit._src.mirrored_outputs`).
 
         Raises:
             TypeError: if ``fn`` is not callable or ``args`` is not a tuple.
+            ValueError: with ``MIRRORFIT_CHECK_MIRRORED=1``, naming a `Mirrored` output leaf
+                whose replicas differ.
         """
         return self._runner.run(fn, args, kwargs)
 

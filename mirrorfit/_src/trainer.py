@@ -1,11 +1,14 @@
 """The trainer: fit/evaluate/predict loops, callbacks and progress, over compiled steps.
 
-It owns the host side of training. Every loop places the next batch on the devices while
-the current step runs, compiles its step through `compile_per_replica` (the one compile
+It owns the host side of training. Every loop places the next batches on the devices while
+the current step runs (on a background thread, `mirrorfit._src.prefetch`), compiles its step through `compile_per_replica` (the one compile
 path ``strategy.run`` uses too), and pushes each step's outputs to an `InFlight` bound, so at
 most two steps are queued: on the CPU backend with several devices, XLA's in-process
 all-reduce deadlocks when many collective executions are queued ("Termination timeout for
 all reduce").
+
+A source of unknown length ends an epoch when exhausted; one that runs dry before ``fit``
+is done warns as Keras (`RAN_OUT_OF_DATA`) and stops training.
 
 Metric statistics accumulate on the devices; the host reads them only when they are shown
 (a progress-bar refresh, an epoch end). After every step the model's state is the newest
@@ -19,6 +22,7 @@ before each ``on_train_batch_end``, and a callback may call `Trainer.resume_from
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -28,6 +32,8 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.checks import MirrorfitWarning
+from mirrorfit._src import input_checks
+from mirrorfit._src.data_adapters import input_fingerprint
 from mirrorfit._src import steps as steps_lib
 from mirrorfit._src.batch import Batch, place_batches
 from mirrorfit._src.callbacks import Callback, CallbackList, History, LazyLogs
@@ -35,7 +41,14 @@ from mirrorfit._src.progbar import ProgbarLogger
 from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.optimizer_options import finalize_variable_values
+from mirrorfit._src.prefetch import prefetch
 from mirrorfit._src.run import compile_per_replica, specs_like
+
+RAN_OUT_OF_DATA = (
+    "Your input ran out of data; interrupting training. Make sure that your dataset or "
+    "generator can generate at least `steps_per_epoch * epochs` batches. You may need to "
+    "use the `.repeat()` function when building your dataset.")
+"""Keras' warning when a source runs dry before ``fit`` is done (a `MirrorfitWarning`)."""
 
 
 class Progress(NamedTuple):
@@ -70,6 +83,8 @@ class Trainer:
         progress: `Progress` after the newest train step of ``fit``; ``None`` outside it.
         train_data: the training data adapter of the running ``fit``; ``None`` outside it.
         train_fn: the newest compiled train step ``(state, statistics, batch)``.
+        prefetch: whether a background thread places the next batches while a step runs
+            (`mirrorfit._src.prefetch`); ``False`` places them between steps.
     """
 
     def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter):
@@ -80,9 +95,11 @@ class Trainer:
         self.progress: Progress | None = None
         self.train_data: Any = None
         self.train_fn: Callable | None = None
+        self.prefetch = True
         self._resume_point: ResumePoint | None = None
-        self._layout: steps_lib.StatsLayout | None = None
-        self._zeros: np.ndarray | None = None
+        # Per step kind ("train", "eval"): the statistics layout and its zero vector. The two
+        # differ only for a model that overrides train_step or test_step.
+        self._layouts: dict[str, tuple[steps_lib.StatsLayout, np.ndarray]] = {}
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
@@ -95,7 +112,7 @@ class Trainer:
         """Sets the loss, metrics and optimizer (``compile``); later fits compile anew."""
         self.config = config
         self.steps_per_execution = steps_per_execution
-        self._layout = self._zeros = None
+        self._layouts = {}
         self._warned = set()
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
@@ -118,7 +135,7 @@ class Trainer:
         to the epoch logs (e.g. ``learning_rate``). A progress bar is added for
         ``verbose=1`` (and ``verbose=2`` in ``fit``) unless the user passed one.
         """
-        cbs = list(callbacks or [])
+        cbs = input_checks.callback_list(callbacks)
         if history is not None:
             cbs.append(history)
         wants_bar = verbose == 1 or (verbose == 2 and history is not None)
@@ -129,30 +146,30 @@ class Trainer:
 
     # -- statistics -----------------------------------------------------------------------
 
-    def _fresh_statistics(self, state, batch: Batch):
-        """Zero statistics (a float32 vector, mirrored) for batches like ``batch``."""
-        if self._layout is None:
+    def _fresh_statistics(self, state, batch: Batch, kind: str = "train"):
+        """Zero statistics (a float32 vector, mirrored) for ``kind`` steps on such batches."""
+        if kind not in self._layouts:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
-            self._layout = steps_lib.statistics_layout(self.config, state, sample)
-            self._zeros = np.zeros(self._layout.size, np.float32)
-        return self.strategy.replicate_arrays(self._zeros)
+            layout = steps_lib.statistics_layout(self.config, state, sample, kind)
+            self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
+        return self.strategy.replicate_arrays(self._layouts[kind][1])
 
-    def _decode(self, statistics) -> dict[str, Any]:
+    def _decode(self, statistics, kind: str = "train") -> dict[str, Any]:
         """Metric values (Python floats, loss first) from a statistics snapshot.
 
         A metric with one value per class or threshold (e.g. ``F1Score(average=None)``)
         gives a NumPy array, as Keras does.
         """
-        stats = self._layout.unflatten(np.asarray(self.strategy.fetch(statistics)))
-        for message in steps_lib.statistics_warnings(self.config, stats):
-            if message not in self._warned:
-                self._warned.add(message)
+        stats = self._layouts[kind][0].unflatten(np.asarray(self.strategy.fetch(statistics)))
+        for key, message in steps_lib.statistics_warnings(self.config, stats).items():
+            if key not in self._warned:  # once per fit (and per compile outside fit)
+                self._warned.add(key)
                 warnings.warn(message, MirrorfitWarning, stacklevel=5)
         return {key: float(value) if np.ndim(value) == 0 else np.asarray(value)
-                for key, value in steps_lib.results(self.config, stats).items()}
+                for key, value in steps_lib.results(self.config, stats, kind).items()}
 
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:
@@ -163,7 +180,16 @@ class Trainer:
                 donate_argnums=donate_argnums)
         return self._compiled[key]
 
+    def _decode_eval(self, statistics) -> dict[str, float]:
+        return self._decode(statistics, "eval")
+
     # -- loops ----------------------------------------------------------------------------
+
+    def _placed(self, data, epoch: int = 0, start_step: int = 0, group: int = 1):
+        """The epoch's batches placed on the mesh (ahead, on a thread); close it after use."""
+        batches = data.batches(epoch, start_step=start_step, group=group)
+        return contextlib.closing(prefetch(place_batches(batches, self.strategy,
+                                                         stacked=group > 1), self.prefetch))
 
     def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
             validation=None, validation_freq: int = 1) -> History:
@@ -186,7 +212,7 @@ class Trainer:
         # Several processes: fail fast, before any collective, unless all train alike.
         self.strategy.check_same_across_processes({
             "global batch_size": getattr(train, "batch_size", None),
-            "steps per epoch": train.steps, "epochs": epochs,
+            "steps per epoch": train.steps, "epochs": epochs, **input_fingerprint(train),
             "input shapes": model.input_spec,
             "param shapes": jax.tree.map(lambda a: tuple(a.shape), model.params)})
         history = History()
@@ -194,6 +220,7 @@ class Trainer:
                                            epochs=epochs, history=history)
         model.stop_training = False
         model.history = history
+        self._warned = set()
         self.train_data, self._resume_point = train, None
         try:
             callback_list.on_train_begin()
@@ -201,9 +228,22 @@ class Trainer:
             first = initial_epoch if resume is None else resume.epoch
             logs: dict[str, float] = {}
             for epoch in range(first, epochs):
-                callback_list.on_epoch_begin(epoch)
-                logs = self._train_epoch(model, train, epoch, callback_list,
-                                         resume if epoch == first else None)
+                point = resume if epoch == first else None
+                with self._placed(train, epoch, 0 if point is None else point.step,
+                                  self.steps_per_execution) as batches:
+                    batch = next(batches, None)
+                    if batch is None:  # a one-shot source ran dry at an epoch boundary
+                        warnings.warn(RAN_OUT_OF_DATA, MirrorfitWarning, stacklevel=3)
+                        break
+                    callback_list.on_epoch_begin(epoch)
+                    logs, done = self._train_epoch(model, train, epoch, callback_list,
+                                                   batches, batch, point)
+                if train.steps is None and history.params["steps"] is None:
+                    history.params["steps"] = done  # learned (params are shared by every
+                    #                                 callback): later bars have a total
+                elif train.steps is not None and done < train.steps and not model.stop_training:
+                    warnings.warn(RAN_OUT_OF_DATA, MirrorfitWarning, stacklevel=3)
+                    model.stop_training = True
                 if validation is not None and (epoch + 1 - initial_epoch) % validation_freq == 0:
                     val_logs = self.evaluate(model, validation, callback_list)
                     logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -219,18 +259,17 @@ class Trainer:
             self.train_data = self.progress = None
         return history
 
-    def _train_epoch(self, model, data, epoch, callbacks, resume: ResumePoint | None = None
-                     ) -> dict[str, float]:
+    def _train_epoch(self, model, data, epoch, callbacks, batches, batch,
+                     resume: ResumePoint | None = None) -> tuple[dict[str, float], int]:
+        """One epoch from its first placed ``batch``; returns its logs and steps done."""
         group = self.steps_per_execution
         step = 0 if resume is None else resume.step
-        batches = place_batches(data.batches(epoch, start_step=step, group=group),
-                                self.strategy, stacked=group > 1)
-        batch = next(batches)
         statistics = self._fresh_statistics(model.state, batch)
         train_fn = self.train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
         if resume is not None and resume.restore_statistics is not None:
-            statistics = self.strategy.replicate_arrays(resume.restore_statistics(self._zeros))
+            statistics = self.strategy.replicate_arrays(
+                resume.restore_statistics(self._layouts["train"][1]))
         in_flight = InFlight()
         while batch is not None:
             callbacks.on_train_batch_begin(step)
@@ -243,6 +282,22 @@ class Trainer:
             callbacks.on_train_batch_end(done - 1, LazyLogs(statistics, self._decode))
             if model.stop_training:
                 break
+        if batch is None:  # exhausted: the steps the source really gave (no group fillers)
+            step = getattr(data, "steps_seen", step)
+        return self._decode(statistics), step if data.steps is None else min(step, data.steps)
+
+    def train_on_batch(self, model, data) -> dict[str, float]:
+        """One train step on the one batch of ``data`` (``Model.train_on_batch``); its logs.
+
+        The step is the one ``fit`` compiles, so calls with the same shapes never recompile.
+        """
+        group = self.steps_per_execution
+        batch = next(place_batches(data.batches(0, group=group), self.strategy,
+                                   stacked=group > 1))
+        statistics = self._fresh_statistics(model.state, batch)
+        train_fn = self._compiled_step(
+            self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
+        model.state, statistics = train_fn(model.state, statistics, batch)
         return self._decode(statistics)
 
     def evaluate(self, model, data, callbacks: CallbackList) -> dict[str, float]:
@@ -257,20 +312,20 @@ class Trainer:
             ``{"loss": ..., metric: ...}`` as Python floats, exact over the real rows.
         """
         callbacks.on_test_begin()
-        batches = place_batches(data.batches(0), self.strategy)
-        batch = next(batches)
-        statistics = self._fresh_statistics(model.state, batch)
-        eval_fn = self._compiled_step(self._eval_step, (model.state, statistics, batch), P())
-        in_flight = InFlight()
-        step = 0
-        while batch is not None:
-            callbacks.on_test_batch_begin(step)
-            statistics = eval_fn(model.state, statistics, batch)
-            batch = next(batches, None)
-            in_flight.push(statistics)
-            callbacks.on_test_batch_end(step, LazyLogs(statistics, self._decode))
-            step += 1
-        values = self._decode(statistics)
+        with self._placed(data) as batches:
+            batch = _first(batches, data)
+            statistics = self._fresh_statistics(model.state, batch, "eval")
+            eval_fn = self._compiled_step(self._eval_step, (model.state, statistics, batch), P())
+            in_flight = InFlight()
+            step = 0
+            while batch is not None:
+                callbacks.on_test_batch_begin(step)
+                statistics = eval_fn(model.state, statistics, batch)
+                batch = next(batches, None)
+                in_flight.push(statistics)
+                callbacks.on_test_batch_end(step, LazyLogs(statistics, self._decode_eval))
+                step += 1
+        values = self._decode_eval(statistics)
         callbacks.on_test_end(values)
         return values
 
@@ -299,15 +354,19 @@ class Trainer:
         in_flight = InFlight()
         outputs = []
         step = -1
-        for step, batch in enumerate(place_batches(counted(data.batches(0)), self.strategy)):
-            if predict_fn is None:
-                predict_fn = self._compiled_step(self._predict_step, (model.state, batch),
-                                                 P(BATCH_AXIS))
-            callbacks.on_predict_batch_begin(step)
-            ready = in_flight.push((predict_fn(model.state, batch), real_rows[step]))
-            if ready is not None:
-                outputs.append(self._to_host(*ready))
-                callbacks.on_predict_batch_end(step - 1)
+        batches = prefetch(place_batches(counted(data.batches(0)), self.strategy), self.prefetch)
+        with contextlib.closing(batches):
+            for step, batch in enumerate(batches):
+                if predict_fn is None:
+                    predict_fn = self._compiled_step(self._predict_step, (model.state, batch),
+                                                     P(BATCH_AXIS))
+                callbacks.on_predict_batch_begin(step)
+                ready = in_flight.push((predict_fn(model.state, batch), real_rows[step]))
+                if ready is not None:
+                    outputs.append(self._to_host(*ready))
+                    callbacks.on_predict_batch_end(step - 1)
+        if step < 0:
+            _first(iter(()), data)
         outputs.append(self._to_host(*in_flight.push(None)))
         callbacks.on_predict_batch_end(step)
         callbacks.on_predict_end()
@@ -317,3 +376,18 @@ class Trainer:
         # All rows on every process: several processes all-gather them. Padding rows are
         # always at the end of a batch.
         return jax.tree.map(lambda a: a[:num_real], self.strategy.fetch(y_pred))
+
+
+def _first(batches, data) -> Batch:
+    """The first batch of ``batches``.
+
+    Raises:
+        ValueError: if there is none (a one-shot source that an earlier loop used up).
+    """
+    batch = next(batches, None)
+    if batch is None:
+        raise ValueError("The input yielded no batch: a generator or iterator can be used "
+                         "only once; pass a new one, or a re-iterable (list, PyDataset, "
+                         f"dataset). Received: an exhausted {getattr(data, 'kind', 'input')}")
+    return batch
+

@@ -141,10 +141,13 @@ class ModelVariables:
         checkpoint_lib.load_weights(self, path)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Saves the whole model to directory ``path``: weights, optimizer state, step, RNG.
+        """Saves the whole model to ``path``: weights, optimizer state, step, RNG, and the
+        compile configuration and module fields as JSON (`mirrorfit._src.saved_config`).
 
-        Compile arguments given as names (``"adam"``, ``"mse"``, ``["accuracy"]``) are stored
-        too; objects are not (that would need pickle) and are passed again to `load_model`.
+        ``path`` is a directory, or a ``.keras`` file (one zip). Compile arguments are stored
+        as names or through their ``get_config``; objects without one (a raw optax
+        transformation) are not (that would need pickle) and are passed again to
+        `load_model`.
         """
         checkpoint_lib.save_model(self, path)
 

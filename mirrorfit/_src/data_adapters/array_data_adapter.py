@@ -1,13 +1,17 @@
 """`ArrayDataAdapter`: in-memory arrays split into padded, masked global batches.
 
-NumPy or JAX arrays, or dicts/tuples/lists of them (one per model input), are indexed by a
+NumPy or JAX arrays, pandas ``DataFrame`` s/``Series`` (as NumPy, as Keras), or
+dicts/tuples/lists of them (one per model input), are indexed by a
 (shuffled) row order. A global batch that does not divide by the replica count, and the last
 partial batch of an epoch, are padded up to ``padded_batch_size`` rows by repeating real
-rows (`mirrorfit._src.batch.pad_index`) and masked.
+rows (`mirrorfit._src.batch.pad_index`) and masked. ``class_weight`` becomes sample weights
+(`mirrorfit._src.data_adapters.class_weight`). `ArrayDataAdapter.fingerprint` summarises the
+arrays so that several processes can check they were given the same global data.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -15,20 +19,62 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src import input_checks
 from mirrorfit._src.batch import Batch, pad_index, padded_size, real_rows_mask
+from mirrorfit._src.data_adapters.class_weight import class_weights_to_sample_weights
+
+FINGERPRINT_ROWS = 8
+"""Rows (evenly spaced, first and last included) hashed per array by `fingerprint`."""
+
+
+def is_pandas(x: Any) -> bool:
+    """Whether ``x`` is a pandas ``DataFrame`` or ``Series`` (without importing pandas)."""
+    return type(x).__module__.split(".")[0] == "pandas" and hasattr(x, "to_numpy")
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (np.ndarray, jax.Array)) or is_pandas(x)
 
 
 def is_array_input(x: Any) -> bool:
     """Whether ``x`` is an array or a dict/tuple/list of arrays (one per model input).
 
-    A list whose items are tuples is a list of ``(x, y)`` batches, not of inputs.
+    A list whose items are tuples or lists is a list of ``(x, y)`` batches, not of inputs.
     """
-    if isinstance(x, list) and x and all(isinstance(item, tuple) for item in x):
+    if isinstance(x, list) and x and all(isinstance(item, (tuple, list)) for item in x):
         return False
-    if not isinstance(x, (np.ndarray, jax.Array, dict, tuple, list)):
+    if not (_is_array(x) or isinstance(x, (dict, tuple, list))):
         return False
-    leaves = jax.tree.leaves(x)
-    return bool(leaves) and all(isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves)
+    leaves = jax.tree.leaves(x, is_leaf=is_pandas)
+    return bool(leaves) and all(_is_array(leaf) for leaf in leaves)
+
+
+def as_numpy(tree: Any) -> Any:
+    """A pytree of NumPy, JAX or pandas arrays as NumPy arrays (``None`` stays ``None``)."""
+    return None if tree is None else jax.tree.map(np.asarray, tree, is_leaf=is_pandas)
+
+
+def fingerprint(tree: Any, name: str) -> dict[str, tuple]:
+    """A cheap summary of host arrays: per leaf its shape, dtype and a hash of a few rows.
+
+    Several processes compare these (`DeviceMesh.check_same_across_processes`) to catch
+    processes that were given different global data.
+
+    Args:
+        tree: pytree of NumPy arrays ``[num_examples, ...]``.
+        name: the argument name the leaf paths are shown under (``"x"``).
+
+    Returns:
+        ``{"x['a']": (shape, dtype name, sha256 hex of rows 0, ..., num_examples - 1)}``,
+        hashing `FINGERPRINT_ROWS` evenly spaced rows.
+    """
+    out = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        rows = np.unique(np.linspace(0, len(leaf) - 1, min(len(leaf), FINGERPRINT_ROWS),
+                                     dtype=np.int64))
+        digest = hashlib.sha256(np.ascontiguousarray(leaf[rows]).tobytes()).hexdigest()[:16]
+        out[name + jax.tree_util.keystr(path)] = (leaf.shape, leaf.dtype.name, digest)
+    return out
 
 
 def num_rows(tree: Any, name: str) -> int:
@@ -57,18 +103,25 @@ class ArrayDataAdapter:
         num_replicas: replica count; batches are padded to a multiple of it.
         shuffle: whether each epoch visits the rows in a new random order.
         seed: base seed of the shuffle order; epoch ``e`` uses ``seed + e``.
+        class_weight: ``{class: weight}`` (validated), multiplied into the sample weights.
 
     Raises:
-        ValueError: if x, y and sample_weight differ in length, or x is empty.
+        ValueError: if x, y and sample_weight differ in length, x is empty, or
+            sample_weight is not 1-D.
+        TypeError: if x or y holds strings or objects.
     """
 
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
-                 shuffle=False, seed=0):
-        self.x = jax.tree.map(np.asarray, x)
-        self.y = None if y is None else jax.tree.map(np.asarray, y)
-        self.sample_weight = None if sample_weight is None else np.asarray(
-            sample_weight, np.float32
-        )
+                 shuffle=False, seed=0, class_weight=None):
+        self.x = as_numpy(x)
+        self.y = as_numpy(y)
+        input_checks.check_numeric(self.x, "x")
+        input_checks.check_numeric(self.y, "y")
+        input_checks.check_sample_weight(sample_weight)
+        self.user_sample_weight = None if sample_weight is None else np.asarray(
+            sample_weight, np.float32)
+        self.class_weight = class_weight
+        self.sample_weight = self.user_sample_weight
         self.num_examples = num_rows(self.x, "x")
         if self.num_examples == 0:
             raise ValueError("x is empty: there is nothing to train on or predict. "
@@ -79,6 +132,10 @@ class ArrayDataAdapter:
                     f"x and {name} must have the same number of rows (one {name} per example). "
                     f"Received: x with {self.num_examples} rows and {name} with {rows} rows"
                 )
+        if class_weight is not None and self.y is not None:
+            weights = class_weights_to_sample_weights(self.y, class_weight)
+            self.sample_weight = weights if self.sample_weight is None else (
+                weights * self.sample_weight)
         self.batch_size = min(batch_size, self.num_examples)
         self.padded_batch_size = padded_size(self.batch_size, num_replicas)
         self.shuffle = shuffle
@@ -107,13 +164,26 @@ class ArrayDataAdapter:
                 "Use a larger split, more data, or pass validation_data instead."
             )
 
-        def part(rows: slice, shuffle: bool) -> ArrayDataAdapter:
+        def part(rows: slice, training: bool) -> ArrayDataAdapter:
             take = lambda tree: None if tree is None else jax.tree.map(lambda a: a[rows], tree)
-            return ArrayDataAdapter(take(self.x), take(self.y), take(self.sample_weight),
+            return ArrayDataAdapter(take(self.x), take(self.y), take(self.user_sample_weight),
                                     batch_size=self.batch_size, num_replicas=num_replicas,
-                                    shuffle=shuffle, seed=self.seed)
+                                    shuffle=self.shuffle and training, seed=self.seed,
+                                    class_weight=self.class_weight if training else None)
 
-        return part(slice(None, cut), self.shuffle), part(slice(cut, None), False)
+        return part(slice(None, cut), True), part(slice(cut, None), False)
+
+    def first_inputs(self) -> Any:
+        """The inputs ``x`` (NumPy pytree ``[num_examples, ...]``), to build or check the model."""
+        return self.x
+
+    def fingerprint(self) -> dict[str, tuple]:
+        """`fingerprint` of x, y and sample_weight, keyed ``"x..."``, ``"y..."``, ..."""
+        out = fingerprint(self.x, "x")
+        for name, tree in (("y", self.y), ("sample_weight", self.sample_weight)):
+            if tree is not None:
+                out.update(fingerprint(tree, name))
+        return out
 
     def epoch_order(self, epoch: int) -> np.ndarray | None:
         """Row order of an epoch (``None``: in order). Deterministic in (seed, epoch)."""

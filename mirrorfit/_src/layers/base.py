@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src import functional
-from mirrorfit._src.layers import activations, initializers, regularizers
+from mirrorfit._src import regularizers
+from mirrorfit._src.layers import activations, initializers
 
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)
 

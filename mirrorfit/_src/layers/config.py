@@ -100,7 +100,8 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
 
     Example:
         >>> import json
-        >>> module, _ = sequential.sequential_module([mf.Input((4,)), mf.layers.Dense(2)])
+        >>> from mirrorfit._src.functional import functional_module
+        >>> module = functional_module(x := Input((3,)), Dense(2)(x))
         >>> text = json.dumps(functional_config(module))
         >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``
     """

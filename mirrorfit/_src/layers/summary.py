@@ -130,9 +130,12 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         TypeError: ``module`` is neither a functional nor a Sequential module.
 
     Example:
-        >>> module, _ = sequential.sequential_module([mf.Input((4,)), mf.layers.Dense(2)])
-        >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 4)))
-        >>> text = format_summary(summary_rows(module, variables), name="sequential")
+        >>> from mirrorfit._src.sequential import sequential_module
+        >>> module, _ = sequential_module([Input((3,)), Dense(2)])
+        >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
+        >>> print(format_summary(summary_rows(module, variables), name="sequential"))
+        Model: "sequential"
+        ...
     """
     rows = []
     connect = lambda layer: "-"

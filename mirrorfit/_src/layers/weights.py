@@ -53,8 +53,7 @@ def keras_weight_order(module: nn.Module, variables: dict[str, Any]) -> list[Wei
 
     Example:
         >>> from mirrorfit._src.sequential import sequential_module
-        >>> L = mf.layers
-        >>> module, _ = sequential_module([L.Input((3,)), L.Dense(2), L.BatchNormalization()])
+        >>> module, _ = sequential_module([Input((3,)), Dense(2), BatchNormalization()])
         >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
         >>> ["/".join(p) for _, p in keras_weight_order(module, variables)][:3]
         ['dense/kernel', 'dense/bias', 'batch_normalization/gamma']

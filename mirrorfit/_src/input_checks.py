@@ -1,0 +1,327 @@
+"""Checks of what the user feeds a step: shapes at the first trace, labels while training.
+
+* `per_example_loss` calls the loss inside a step and checks, once per compiled step (the
+  checks read static shapes, so they run while JAX traces and cost nothing afterwards):
+  that targets fit the outputs for a built-in loss (one-hot targets given to a sparse loss,
+  ``[batch, 3]`` targets against ``[batch, 1]`` outputs) and that the loss returns one
+  value per example (a scalar mean counts padding rows, so it is rejected, with the
+  per-example form shown). Errors name the loss, the target shape and the output shape.
+* `label_range_statistic` counts sparse labels outside ``[0, num_classes)`` as one more
+  entry of the step's sufficient statistics (no extra all-reduce), and
+  `label_range_warning` turns the accumulated count into the warning ``fit`` shows once.
+* `check_numeric`, `check_sample_weight` and `check_not_nested_lists` refuse, in the data
+  adapters, inputs that JAX would reject with an unclear message or misread.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mirrorfit._src import input_spec
+from mirrorfit._src.checks import is_int
+from mirrorfit._src.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
+from mirrorfit._src.loss import Loss, squeeze_or_expand_to_same_rank
+from mirrorfit._src.modules import call_inputs
+
+LABELS_OUT_OF_RANGE = "_labels_out_of_range"
+"""Statistics key: float32 ``[2]``, ``[count, count * num_classes]`` of out-of-range labels.
+
+The second entry carries the class count through sums over replicas and steps, so the host
+can state the valid range: ``num_classes = entry[1] / entry[0]``.
+"""
+
+_NOT_BUILT = (
+    "The model is not built, and an iterable input cannot build it (its first batch would be "
+    "consumed). Pass input_shape= to the Model or Sequential, e.g. input_shape=(784,), or call "
+    "model.build(input_shape) first. Received: x of type {kind} and a model without params")
+"""Error for an unbuilt model given an iterable input (`iterable_input_check`)."""
+
+SCALAR_LOSS = (
+    "The loss {name} returned a scalar (shape ()), but mirrorfit needs one value per "
+    "example, shape [batch]: it leaves out the padding rows of a partial batch and averages "
+    "over the global batch itself, so a mean taken inside the loss would be wrong on the "
+    "last batch. Return the per-example values instead of their mean (a loss object called "
+    "as loss(y_true, y_pred) reduces too: call loss.per_example(y_true, y_pred), or pass the "
+    "loss object to compile), e.g.\n"
+    "    def {func}(y_true, y_pred):\n"
+    "        return jnp.mean(jnp.square(y_pred - y_true), axis=-1)  # [batch], not a scalar\n"
+    "Received: loss={name} returning shape () for targets of shape {y_true} and outputs of "
+    "shape {y_pred}")
+"""Error for a loss that reduces over the batch (Keras' ``tf.reduce_mean(...)`` idiom)."""
+
+
+def _name(loss: Any) -> str:
+    return getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    """``[batch, 3]`` for a ``(per_replica_batch, 3)`` shape: the batch size varies."""
+    return "[" + ", ".join(["batch", *map(str, shape[1:])]) + "]" if shape else "()"
+
+
+def _shape(value: Any) -> str:
+    return _dims(np.shape(value))
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _unwrapped(loss: Any) -> Any:
+    """The `Loss` behind ``compile`` 's per-example wrapper (``PerExampleLoss.loss``)."""
+    return getattr(loss, "loss", loss)
+
+
+def _check_targets(loss: Any, y_true: Any, y_pred: Any) -> None:
+    """Targets against outputs for mirrorfit's losses (the user's define their own rules).
+
+    Sparse losses take one label per output row; every other built-in loss compares targets
+    and outputs element by element, after Keras' rank matching.
+    """
+    name, loss = _name(loss), _unwrapped(loss)
+    if not (isinstance(loss, Loss) and _is_array(y_true) and _is_array(y_pred)):
+        return
+    if isinstance(loss, InferredCrossentropy) or not (
+            isinstance(loss, SparseCategoricalCrossentropy)
+            or type(loss).__module__.startswith("mirrorfit.")):
+        return  # it picks its form from the shapes, or it is the user's own
+    received = (f"Received: targets of shape {_shape(y_true)} and outputs of shape "
+                f"{_shape(y_pred)}")
+    if isinstance(loss, SparseCategoricalCrossentropy):
+        classes = y_pred.shape[:-1]
+        if y_true.shape in (classes, (*classes, 1)):
+            return
+        hint = (" They look one-hot: pass integer labels (y.argmax(-1)) or use "
+                "loss=\"categorical_crossentropy\"." if y_true.shape == y_pred.shape else "")
+        raise ValueError(
+            f"The loss {name} expects integer class labels of shape {_dims(classes)} "
+            f"(or with a trailing 1) for outputs of shape {_shape(y_pred)}, one score per "
+            f"class.{hint} {received}")
+    labels, outputs = jax.eval_shape(squeeze_or_expand_to_same_rank,  # shapes only
+                                     jax.ShapeDtypeStruct(y_true.shape, jnp.float32),
+                                     jax.ShapeDtypeStruct(y_pred.shape, jnp.float32))
+    if labels.shape != outputs.shape:
+        hint = (" For integer class labels use loss=\"sparse_categorical_crossentropy\"."
+                if y_pred.ndim == y_true.ndim + 1 else "")
+        raise ValueError(
+            f"The loss {name} needs targets of the outputs' shape {_shape(y_pred)}, one target "
+            f"per output.{hint} Reshape y, or change the model's last layer. {received}")
+
+
+def per_example_loss(loss: Callable[[Any, Any], jax.Array], y_true: Any, y_pred: Any
+                     ) -> jax.Array:
+    """``loss(y_true, y_pred)``, checked: float ``[batch]``, one value per example.
+
+    Args:
+        loss: the compiled loss, ``(y_true, y_pred) -> [batch]``.
+        y_true: one replica's targets ``[batch, ...]``.
+        y_pred: one replica's model outputs ``[batch, ...]``.
+
+    Raises:
+        ValueError: naming the loss, the target shape and the output shape, if targets do
+            not fit the outputs, the loss fails on the shapes, or it returns anything but
+            ``[batch]`` (a scalar mean included).
+    """
+    _check_targets(loss, y_true, y_pred)
+    name = _name(loss)
+    try:
+        values = loss(y_true, y_pred)
+    except (TypeError, ValueError) as err:
+        if "shape" not in str(err):
+            raise
+        raise ValueError(
+            f"The loss {name} failed on targets of shape {_shape(y_true)} and outputs of "
+            f"shape {_shape(y_pred)}: {err}. Give targets that fit the model's outputs, or "
+            f"a loss for this output shape. Received: loss={name}") from err
+    batch = np.shape(jax.tree.leaves(y_pred)[0])[:1]
+    if np.ndim(values) == 0:
+        func = name if name.isidentifier() else "per_example_loss"
+        raise ValueError(SCALAR_LOSS.format(name=name, func=func, y_true=_shape(y_true),
+                                            y_pred=_shape(y_pred)))
+    if np.shape(values) != batch:
+        raise ValueError(
+            f"The loss {name} must return one value per example, shape [batch]; reduce the "
+            f"other axes per example, e.g. jnp.mean(values, axis=-1). Received: loss={name} "
+            f"returning shape {_shape(values)} for targets of shape {_shape(y_true)} and "
+            f"outputs of shape {_shape(y_pred)}")
+    return values
+
+
+def label_range_statistic(loss: Any, y_true: Any, y_pred: Any, mask: jax.Array
+                          ) -> jax.Array | None:
+    """float32 ``[2]``: ``[n, n * num_classes]`` for ``n`` real labels outside the classes.
+
+    ``None`` unless ``loss`` takes sparse labels. Padding rows (``mask`` False) never count.
+    """
+    if not (isinstance(_unwrapped(loss), SparseCategoricalCrossentropy) and _is_array(y_true)
+            and _is_array(y_pred)):
+        return None
+    num_classes = y_pred.shape[-1]
+    labels = y_true.astype(jnp.int32) if jnp.issubdtype(y_true.dtype, jnp.integer) else y_true
+    outside = (labels < 0) | (labels >= num_classes)
+    real = mask.reshape(mask.shape + (1,) * (outside.ndim - mask.ndim))
+    count = jnp.sum(outside & real, dtype=jnp.float32)
+    return jnp.stack([count, count * num_classes])
+
+
+def label_range_warning(loss: Any, statistic: np.ndarray) -> str | None:
+    """The warning for accumulated `label_range_statistic` s, or ``None`` if all were valid."""
+    count = float(statistic[0])
+    if count <= 0:
+        return None
+    num_classes = int(round(float(statistic[1]) / count))
+    return (f"{int(count)} sparse labels given to the loss {_name(loss)} so far in this epoch "
+            f"are outside the valid range [0, {num_classes}) for the model's {num_classes} "
+            "outputs (a label of -1, or one >= the number of classes): their loss is NaN or 0 "
+            "and they train nothing useful. Check y: class ids must be 0 .. "
+            f"{num_classes - 1}; give the model more outputs for more classes.")
+
+
+def check_numeric(tree: Any, name: str) -> None:
+    """Raises a ``TypeError`` naming ``name`` if any array in ``tree`` holds strings/objects.
+
+    Raises:
+        TypeError: with the dtype received and how to encode the values as numbers.
+    """
+    for leaf in jax.tree.leaves(tree):
+        kind = np.asarray(leaf).dtype.kind if not hasattr(leaf, "dtype") else leaf.dtype.kind
+        if kind in "USO":
+            raise TypeError(
+                f"{name} must hold numbers (int class ids or floats). Encode strings as "
+                f"integers, e.g. classes, {name}_ids = np.unique({name}, return_inverse=True); "
+                "an object array usually means rows of different lengths: pad them to one "
+                f"shape. Received: {name} with dtype {np.asarray(leaf).dtype}")
+
+
+def check_sample_weight(sample_weight: np.ndarray | None, where: str = "sample_weight") -> None:
+    """Raises a ``ValueError`` unless ``sample_weight`` is ``None`` or 1-D (one per row).
+
+    Raises:
+        ValueError: naming ``where`` and the shape received, with the fix.
+    """
+    if sample_weight is not None and np.ndim(sample_weight) != 1:
+        raise ValueError(
+            "sample_weight must have shape [num_examples], one weight per example. Flatten "
+            "it, e.g. sample_weight.reshape(-1). Received: "
+            f"{where} of shape {np.shape(sample_weight)}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, complex, bool, np.number))
+
+
+def check_not_nested_lists(value: Any, name: str) -> None:
+    """Raises a ``TypeError`` if ``value`` is a (nested) Python list or tuple of numbers.
+
+    Such a list is not a list of inputs (those hold arrays) nor of batches (those hold
+    tuples), so it would be misread as either.
+
+    Raises:
+        TypeError: naming ``name``, with the fix (``np.asarray``).
+    """
+    if isinstance(value, (list, tuple)) and value and all(
+            _is_number(leaf) for leaf in jax.tree.leaves(value)):
+        raise TypeError(
+            f"{name} must be a NumPy or JAX array (or a dict/tuple/list of arrays, one per "
+            f"model input), not a Python list of numbers. Convert it first: "
+            f"{name} = np.asarray({name}, dtype=np.float32). Received: {name} as a "
+            f"{type(value).__name__} of {len(value)} {type(value[0]).__name__}s")
+
+
+def check_module_call(module: Any, sample: Any) -> None:
+    """Raises a clear ``TypeError`` if ``module`` cannot be called as mirrorfit calls it.
+
+    mirrorfit calls ``module(*inputs)`` (a tuple or list input unpacked), adding
+    ``train=``/``training=`` when ``__call__`` has such a parameter. The check binds that
+    call to ``__call__`` 's signature without running it, so it holds for linen and nnx
+    modules alike, before any parameter is created.
+
+    Args:
+        module: the Flax module.
+        sample: an example batch, as the model passes it.
+
+    Raises:
+        TypeError: naming the module and its signature, saying what mirrorfit passes.
+    """
+    try:
+        signature = inspect.signature(type(module).__call__)
+    except (TypeError, ValueError):  # no signature to check against
+        return
+    modes = {name: False for name in ("train", "training") if name in signature.parameters}
+    try:
+        signature.bind(module, *call_inputs(sample), **modes)
+    except TypeError as err:
+        name = type(module).__name__
+        raise TypeError(
+            f"The module {name} cannot be called with the arguments mirrorfit passes ({err}). "
+            "mirrorfit calls module(*inputs): one positional argument per model input (a "
+            "tuple or list input is unpacked, a dict is passed whole), plus train=True/False "
+            "or training=True/False when __call__ has a parameter of that name. Give every "
+            "other parameter a default, or make it a module attribute. Received: "
+            f"{name}.__call__{signature}") from None
+
+
+def callback_list(callbacks: Any) -> list[Any]:
+    """``callbacks`` as a list, refusing a single callback and a callback class.
+
+    Raises:
+        TypeError: naming ``callbacks``, with the fix: wrap one callback in a list
+            (``callbacks=[cb]``), instantiate a class (``EarlyStopping()``).
+    """
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)):
+        raise TypeError(
+            "callbacks must be a list of callback objects, e.g. callbacks=[EarlyStopping()]. "
+            f"Received: callbacks={callbacks!r} of type {type(callbacks).__name__}")
+    for callback in callbacks:
+        if isinstance(callback, type):
+            raise TypeError(
+                f"callbacks must hold callback objects, not classes: pass "
+                f"{callback.__name__}(...) instead of {callback.__name__}. Received: "
+                f"callbacks containing the class {callback.__name__}")
+    return list(callbacks)
+
+
+def checked_seed(seed: Any) -> int:
+    """``seed`` as an int, or a clear error.
+
+    Raises:
+        TypeError: if ``seed`` is not an int.
+        ValueError: if it is negative.
+    """
+    if not is_int(seed):
+        raise TypeError(f"seed must be an int. Received: seed={seed!r}")
+    if seed < 0:
+        raise ValueError("seed must be a non-negative int (it seeds param init, dropout and "
+                         f"shuffling), e.g. seed=0. Received: seed={seed!r}")
+    return int(seed)
+
+
+
+def example_shape(input_shape: Any) -> Any:
+    """``input_shape`` with an int read as one axis: ``8`` -> ``(8,)``, as Keras' ``Input``."""
+    return (int(input_shape),) if is_int(input_shape) else input_shape
+
+
+def iterable_input_check(spec: Any, x: Any) -> Callable[[Any], None]:
+    """The check an iterable input's batches get: their shapes against the built model's.
+
+    Args:
+        spec: the model's input spec (``None`` for an unbuilt model).
+        x: the iterable, named in the error.
+
+    Raises:
+        ValueError: for an unbuilt model (an iterable cannot build it: its first batch
+            would be consumed), saying how to build it.
+    """
+    if spec is None:
+        raise ValueError(_NOT_BUILT.format(kind=type(x).__name__))
+    return functools.partial(input_spec.check_matches, spec)

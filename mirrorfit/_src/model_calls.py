@@ -1,0 +1,170 @@
+"""The model as a function and one batch at a time: ``model(x)``, ``model.apply``,
+``predict_on_batch``, ``train_on_batch``, ``test_on_batch``, and ``model.optimizer``.
+
+`ModelCalls` is mixed into `mirrorfit.Model`. ``model(x)`` runs the forward pass on the
+mirrored params, jitted (cached per input shape); ``model.apply`` is the same forward pass
+as a pure function of explicit params, for user JAX code (``jax.jit``, ``jax.grad``). The
+``*_on_batch`` methods take one global batch and run the steps ``fit``/``evaluate``/
+``predict`` compile, so repeated calls with the same shapes never recompile, and a batch that
+does not divide by the replica count is padded and masked, not rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from mirrorfit._src.data_adapters.array_data_adapter import num_rows
+from mirrorfit._src.optimizer_handle import OptimizerHandle
+from mirrorfit._src.sown_losses import loss_values
+from mirrorfit._src.state import require_state
+
+
+class ModelCalls:
+    """``model(x)``, ``apply`` and the ``*_on_batch`` methods; see the module docstring."""
+
+    _jitted_forward: Any = None
+
+    @property
+    def optimizer(self) -> OptimizerHandle | None:
+        """The compiled optimizer (`OptimizerHandle`: ``learning_rate``, ``iterations``,
+        ``get_config()``), or ``None`` before ``compile``, as ``keras.Model.optimizer``."""
+        config = self._trainer.config
+        return None if config is None else OptimizerHandle(self, config.optimizer)
+
+    def apply(self, params: Any, x: Any, training: bool = False, *, model_state: Any = None,
+              rng: jax.Array | None = None) -> Any:
+        """The forward pass as a pure function of ``params``, for ``jax.jit``/``jax.grad``.
+
+        Args:
+            params: a pytree shaped like ``model.params``.
+            x: inputs ``[batch, ...]`` (or a tuple/dict of them).
+            training: the module's training flag (dropout on, BatchNorm batch statistics).
+            model_state: other collections (BatchNorm statistics); default the model's.
+            rng: dropout key for ``training=True``; default derived from the model's seed.
+
+        Returns:
+            The module's outputs ``[batch, ...]``.
+
+        Example:
+            >>> grads = jax.grad(lambda p: jnp.sum(model.apply(p, x[:2])))(model.params)
+        """
+        state = require_state(self._state)
+        model_state = state.model_state if model_state is None else model_state
+        rng = jax.random.fold_in(state.rng, state.step) if rng is None else rng
+        y, _, _ = self._adapter.apply_with_losses(params, model_state, x, train=training,
+                                                  rng=rng)
+        return y
+
+    def __call__(self, x: Any, training: bool = False) -> Any:
+        """The outputs for one batch, as ``keras.Model.__call__``: jitted, per input shape.
+
+        ``training=True`` draws dropout from the same per-step key fit uses for replica 0.
+        The values sown into ``"losses"`` become `losses`.
+
+        Args:
+            x: inputs ``[batch, ...]`` (arrays, or a tuple/dict of them).
+            training: the module's training flag.
+
+        Returns:
+            ``jax.Array`` outputs ``[batch, ...]``, replicated.
+
+        Example:
+            >>> model(x[:2]).shape
+            (2, 3)
+        """
+        self._check_input(x)
+        if self._jitted_forward is None:
+            self._jitted_forward = jax.jit(self._forward, static_argnames="training")
+        state = self._state
+        y, losses = self._jitted_forward(state.params, state.model_state, state.rng,
+                                         state.step, x, training=bool(training))
+        if not any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(losses)):
+            self._sown = losses
+        return y
+
+    def _forward(self, params, model_state, rng, step, x, *, training):
+        rng = jax.random.fold_in(jax.random.fold_in(rng, step), 0)
+        y, _, losses = self._adapter.apply_with_losses(params, model_state, x, train=training,
+                                                       rng=rng)
+        return y, loss_values(losses)
+
+    def predict_on_batch(self, x: Any) -> Any:
+        """Outputs for one global batch as NumPy, as ``keras.Model.predict_on_batch``.
+
+        Runs ``predict``'s compiled step on all replicas (padding a batch that does not
+        divide by the replica count).
+
+        Args:
+            x: inputs ``[batch, ...]``.
+
+        Returns:
+            NumPy outputs ``[batch, ...]``.
+        """
+        return self.predict(x, batch_size=num_rows(x, "x"), verbose=0)
+
+    def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
+                       class_weight: Mapping[int, float] | None = None,
+                       return_dict: bool = False) -> float | list[float] | dict[str, float]:
+        """One train step on one global batch, as ``keras.Model.train_on_batch``.
+
+        Args:
+            x: inputs ``[batch, ...]``, split across replicas (padded when ``batch`` does not
+                divide by the replica count).
+            y: targets ``[batch, ...]``.
+            sample_weight: per-example weights ``[batch]``.
+            class_weight: ``{class index: weight}``, multiplied into the sample weights
+                (the class is ``y``, or ``argmax(y)`` for one-hot targets), as Keras.
+            return_dict: return ``{"loss": ..., metric: ...}`` instead of a list.
+
+        Returns:
+            This batch's loss (a float) when there are no metrics, else ``[loss, *metrics]``,
+            or the dict.
+
+        Raises:
+            ValueError: for an uncompiled model, or a class in ``y`` missing from
+                ``class_weight``.
+        """
+        self._require_compiled("train_on_batch")
+        sample_weight = _with_class_weight(y, sample_weight, class_weight)
+        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"))
+        return _format(self._trainer.train_on_batch(self, data), return_dict)
+
+    def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
+                      return_dict: bool = False) -> float | list[float] | dict[str, float]:
+        """Loss and metrics of one global batch, as ``keras.Model.test_on_batch``.
+
+        Returns:
+            As `train_on_batch`.
+        """
+        return self.evaluate(x, y, batch_size=num_rows(x, "x"), sample_weight=sample_weight,
+                             verbose=0, return_dict=return_dict)
+
+
+def _format(logs: dict[str, float], return_dict: bool) -> float | list[float] | dict[str, float]:
+    if return_dict:
+        return logs
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
+
+
+def _with_class_weight(y: Any, sample_weight: Any, class_weight: Mapping[int, float] | None):
+    """Sample weights ``[batch]`` times ``class_weight[class of each row]`` (Keras' rule)."""
+    if class_weight is None:
+        return sample_weight
+    if not isinstance(class_weight, Mapping):
+        raise TypeError("class_weight must be a dict {class index: weight}. Received: "
+                        f"class_weight={class_weight!r}")
+    labels = np.asarray(y)
+    if labels.ndim == 2 and labels.shape[1] > 1:
+        labels = np.argmax(labels, axis=-1)
+    labels = labels.reshape(labels.shape[0], -1)[:, 0].astype(np.int64)
+    missing = sorted(set(labels.tolist()) - {int(k) for k in class_weight})
+    if missing:
+        raise ValueError(f"class_weight has no weight for classes {missing} found in y. "
+                         f"Received: class_weight={dict(class_weight)!r}")
+    weights = np.asarray([class_weight[c] for c in labels], np.float32)
+    return weights if sample_weight is None else np.asarray(sample_weight, np.float32) * weights

@@ -1,0 +1,217 @@
+"""``compile``, ``fit``, ``evaluate`` and ``predict``: the Keras training API of `Model`.
+
+`TrainingAPI` is mixed into `mirrorfit.Model` (as Keras 3's ``Model`` inherits its
+``Trainer``). It validates the arguments, asks the input layer
+(`mirrorfit._src.data_adapters`) for data adapters and hands the loops to the model's
+`mirrorfit._src.trainer.Trainer`. It reads the model's state through ``Model.state`` and
+builds the model through ``Model._check_input``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mirrorfit._src import data_adapters, input_checks, input_spec
+from mirrorfit._src.callbacks import Callback, History
+from mirrorfit._src.checks import positive_int, verbosity
+from mirrorfit._src.compile_utils import step_config
+from mirrorfit._src.model_hooks import overridden, step_hooks
+
+
+class TrainingAPI:
+    """Keras' ``compile``/``fit``/``evaluate``/``predict``; mixed into `Model`."""
+
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
+                loss_weights: Any = None, weighted_metrics: Any = None, *,
+                steps_per_execution: int = 1, auto_scale_loss: bool = True) -> None:
+        """Configures training, as ``keras.Model.compile``.
+
+        Args:
+            optimizer: an ``optax.GradientTransformation`` or a Keras name (``"adam"``,
+                ``"adamw"``, ``"sgd"``, ``"rmsprop"``), with Keras' default learning rates.
+            loss: a callable ``(y_true, y_pred) -> per-example loss [batch]``, a
+                `mirrorfit.losses` object, or a Keras loss name; for a module with several
+                outputs, a list (output order) or dict (output name) of them.
+            loss_weights: floats scaling each output's loss (list or dict like ``loss``),
+                or one float for a single loss. The total is their weighted sum.
+            metrics: list of metric names (``"accuracy"``, ``"mae"``, ...), callables or
+                `mirrorfit.metrics.Metric` objects, weighted by the padding mask only; for
+                several outputs, one list per output (list of lists, or dict), or one list
+                for every output. Logged as ``<output>_<metric>``.
+            weighted_metrics: as ``metrics``, also weighted by ``sample_weight``.
+            steps_per_execution: train steps fused into one device call (``lax.scan`` over
+                ``K`` global batches). Callbacks see the values at the end of each group.
+            auto_scale_loss: under the ``"mixed_float16"`` policy, wrap the optimizer in a
+                `mirrorfit.optimizers.LossScaleOptimizer` (as Keras' ``compile``).
+
+        Raises:
+            ValueError: for an unknown name or a non-positive ``steps_per_execution``.
+            TypeError: for arguments of the wrong type.
+        """
+        config = step_config(
+            self._adapter, optimizer, loss, metrics, loss_weights=loss_weights,
+            weighted_metrics=weighted_metrics, require_loss=not overridden(self, "train_step"),
+            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
+        config = config._replace(hooks=step_hooks(self))
+        steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
+        self._trainer.configure(config, steps_per_execution)
+        self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
+                                "loss_weights": loss_weights,
+                                "weighted_metrics": weighted_metrics,
+                                "steps_per_execution": steps_per_execution}
+        if self._state is not None:
+            self._state = self._state._replace(opt_state=self._init_opt_state(self._state.params))
+
+    @property
+    def compiled(self) -> bool:
+        return self._trainer.config is not None
+
+    @property
+    def compile_config(self) -> dict[str, Any] | None:
+        """The arguments of the last ``compile`` (``None`` before), as given."""
+        return self._compile_config
+
+    def _require_compiled(self, method: str) -> None:
+        if not self.compiled:
+            raise ValueError(f"You must call model.compile(optimizer, loss) before model.{method}()."
+                             " Received: an uncompiled model")
+
+    def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *, shuffle=False,
+                     steps=None, with_targets=True, steps_name="steps", check=True,
+                     **kwargs):
+        data = data_adapters.get_data_adapter(
+            x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, steps=steps,
+            num_replicas=self._strategy.num_replicas_in_sync, seed=self.seed,
+            with_targets=with_targets, steps_name=steps_name, **kwargs)
+        if check:  # fit checks them with its other settings, in one all-gather
+            self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
+        self._check_input(data.first_inputs())
+        if not isinstance(data, data_adapters.ArrayDataAdapter):
+            # each later batch is checked against the built model's input shapes
+            data.check_input = input_checks.iterable_input_check(self._input_spec, x)
+        return data
+
+    def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
+            verbose: str | int = "auto", callbacks: Sequence[Callback] | None = None,
+            validation_split: float = 0.0, validation_data: Any = None,
+            shuffle: bool | None = None, class_weight: dict[int, float] | None = None,
+            sample_weight: Any = None, initial_epoch: int = 0,
+            steps_per_epoch: int | None = None, validation_steps: int | None = None,
+            validation_batch_size: int | None = None, validation_freq: int = 1) -> History:
+        """Trains for ``epochs`` epochs with synchronous data parallelism, as ``keras.Model.fit``.
+
+        Args:
+            x: inputs ``[num_examples, ...]`` (array, pandas, dict or tuple of arrays), or a
+                source of global batches ``(x, y)`` / ``(x, y, sample_weight)``: a generator
+                or iterable, `mirrorfit.utils.PyDataset`, ``tf.data``, grain or torch
+                ``DataLoader`` (README "Feeding data").
+            y: targets ``[num_examples, ...]``; ``None`` when ``x`` yields batches.
+            batch_size: the **global** batch (rows per step over all replicas); default 32.
+                A size that does not divide by the replica count is padded and masked.
+            epochs: index of the last epoch (epochs run from ``initial_epoch``).
+            verbose: ``"auto"``/1 progress bar, 2 one line per epoch, 0 silent.
+            callbacks: list of `mirrorfit.callbacks.Callback`.
+            validation_split: fraction in [0, 1) of the rows, taken from the end before
+                shuffling, evaluated after each epoch.
+            validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight)`` or any
+                source of batches ``x`` may be.
+            shuffle: reshuffle the rows (arrays) or the batch order (`PyDataset`) every
+                epoch; ``None``: ``True`` for those, and an error for other sources.
+            class_weight: ``{class: weight}`` multiplying each example's weight by its
+                class's (the label, or the argmax of a one-hot label), as Keras.
+            sample_weight: per-example weights ``[num_examples]``.
+            initial_epoch: epoch to start from (for resuming).
+            steps_per_epoch: steps per epoch; required to bound an endless source. A
+                source that runs dry earlier stops training with Keras' warning.
+            validation_steps: steps per validation (default: the whole validation data).
+            validation_batch_size: global batch of array validation data (default
+                ``batch_size``).
+            validation_freq: validate every this many epochs.
+
+        Returns:
+            `History`: ``history.history[key]`` is a list with one float per epoch for
+            ``loss``, every metric and every ``val_*``.
+
+        Raises:
+            ValueError: for an uncompiled model or an invalid argument (the message names
+                it), e.g. ``epochs=0`` or inputs that do not match the built model.
+            TypeError: for an argument of the wrong type, e.g. ``x`` that is not arrays or
+                an iterable.
+        """
+        self._require_compiled("fit")
+        verbose = verbosity(verbose)
+        epochs = positive_int(epochs, "epochs")
+        validation_freq = positive_int(validation_freq, "validation_freq")
+        num_replicas = self._strategy.num_replicas_in_sync
+        train = self._adapter_for(x, y, sample_weight, batch_size, shuffle=shuffle,
+                                  steps=steps_per_epoch, steps_name="steps_per_epoch",
+                                  class_weight=class_weight, check=False)
+        train, validation = data_adapters.train_and_validation(
+            train, validation_split=validation_split, validation_data=validation_data,
+            batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
+            validation_steps=validation_steps, validation_batch_size=validation_batch_size)
+        if validation is not None:
+            input_spec.check_matches(self._input_spec, validation.first_inputs(),
+                                     "validation_data")
+        return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
+                                 callbacks=callbacks, verbose=verbose, validation=validation,
+                                 validation_freq=validation_freq)
+
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                 verbose: str | int = "auto", sample_weight: Any = None,
+                 steps: int | None = None, return_dict: bool = False,
+                 callbacks: Sequence[Callback] | None = None
+                 ) -> float | list[float] | dict[str, float]:
+        """Loss and metrics over all examples, exact despite padding (``keras.Model.evaluate``).
+
+        Args:
+            x, y, sample_weight: as in `fit`.
+            batch_size: the **global** batch, default 32.
+            verbose: ``"auto"``/1 progress bar, 0 silent.
+            steps: batches to evaluate (default: all of ``x``).
+            return_dict: return ``{"loss": ..., metric: ...}`` instead of a list.
+            callbacks: list of `mirrorfit.callbacks.Callback` (``on_test_*`` hooks).
+
+        Returns:
+            The loss (a float) if there are no metrics, else ``[loss, *metrics]``, or a dict.
+
+        Raises:
+            ValueError: for an uncompiled model or an invalid argument (named).
+            TypeError: for an argument of the wrong type.
+        """
+        self._require_compiled("evaluate")
+        verbose = verbosity(verbose)
+        data = self._adapter_for(x, y, sample_weight, batch_size, steps=steps)
+        callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
+                                                    steps=data.steps)
+        logs = self._trainer.evaluate(self, data, callback_list)
+        if return_dict:
+            return logs
+        values = list(logs.values())
+        return values[0] if len(values) == 1 else values
+
+    def predict(self, x: Any, batch_size: int | None = None, verbose: str | int = "auto",
+                steps: int | None = None, callbacks: Sequence[Callback] | None = None) -> Any:
+        """Model outputs for every example, in input order (``keras.Model.predict``).
+
+        Args:
+            x: inputs ``[num_examples, ...]`` or an iterable of input batches.
+            batch_size: the **global** batch, default 32.
+            verbose: ``"auto"``/1 progress bar, 0 silent.
+            steps: batches to predict (default: all of ``x``).
+            callbacks: list of `mirrorfit.callbacks.Callback` (``on_predict_*`` hooks).
+
+        Returns:
+            NumPy array(s) ``[num_examples, ...]``: exactly ``len(x)`` rows, padding removed.
+
+        Raises:
+            ValueError: for an invalid argument (named), or inputs that do not match the
+                built model.
+            TypeError: for an argument of the wrong type.
+        """
+        verbose = verbosity(verbose)
+        data = self._adapter_for(x, batch_size=batch_size, steps=steps, with_targets=False)
+        callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
+                                                    steps=data.steps)
+        return self._trainer.predict(self, data, callback_list)

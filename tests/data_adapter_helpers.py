@@ -1,0 +1,67 @@
+"""Shared pieces of the tests/test_data_adapters_*.py files: data, a small model, counters."""
+
+import contextlib
+import logging
+
+import flax.linen as nn
+import jax
+import numpy as np
+import optax
+
+import mirrorfit as mf
+
+NUM_FEATURES, NUM_CLASSES = 5, 3
+ROWS, BATCH = 35, 10  # 4 steps per epoch, the last with 5 rows (a partial batch)
+_rng = np.random.default_rng(7)
+X = _rng.normal(size=(ROWS, NUM_FEATURES)).astype(np.float32)
+Y = _rng.integers(0, NUM_CLASSES, size=ROWS).astype(np.int32)
+W = np.linspace(0.2, 2.0, ROWS).astype(np.float32)
+
+
+def make_model(num_replicas=3, metrics=("accuracy",)):
+    """A 5 -> 3 softmax regression with plain SGD (set_weights resets training)."""
+    with mf.MirroredStrategy(jax.devices()[:num_replicas]).scope():
+        model = mf.Sequential([nn.Dense(NUM_CLASSES), nn.softmax],
+                              input_shape=(NUM_FEATURES,), seed=3)
+        model.compile(optax.sgd(0.5), "sparse_categorical_crossentropy", list(metrics))
+    return model
+
+
+def batches(x=X, y=Y, w=None, batch_size=BATCH):
+    """A generator of ``(x, y)`` (or ``(x, y, w)``) global batches, in order."""
+    for start in range(0, len(x), batch_size):
+        part = slice(start, start + batch_size)
+        yield (x[part], y[part]) if w is None else (x[part], y[part], w[part])
+
+
+class _Log(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def count_step_compiles():
+    """Counts "Compiling jit(step)" records (jax.log_compiles) inside the block."""
+    handler, logger, counter = _Log(), logging.getLogger("jax"), []
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            yield counter
+    finally:
+        logger.removeHandler(handler)
+        counter.append(sum(m.startswith("Compiling jit(step)") for m in handler.messages))
+
+
+class RecordSteps(mf.callbacks.Callback):
+    """Records ``params["steps"]`` at every epoch begin (what the progress bar's total is)."""
+
+    def __init__(self):
+        super().__init__()
+        self.totals = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.totals.append(self.params["steps"])
