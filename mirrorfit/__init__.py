@@ -6,6 +6,7 @@ per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 """
 
 from mirrorfit import callbacks as callbacks
+from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
@@ -19,7 +20,8 @@ from mirrorfit._src.custom_checkpoint import latest_checkpoint as latest_checkpo
 from mirrorfit._src.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distributed_input import InputContext as InputContext
 from mirrorfit._src.model import Model as Model
-from mirrorfit._src.model import Sequential as Sequential
+from mirrorfit._src.sequential_model import Sequential as Sequential
+from mirrorfit._src.functional import Input as Input
 from mirrorfit._src.loading import load_model as load_model
 from mirrorfit._src.strategy import MirroredStrategy as MirroredStrategy
 from mirrorfit._src.multi_worker import MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
@@ -39,6 +41,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointManager",
     "History",
+    "Input",
     "apply_gradients",
     "InputContext",
     "Mirrored",
@@ -57,6 +60,7 @@ __all__ = [
     "latest_checkpoint",
     "load_model",
     "scale_regularization_loss",
+    "layers",
     "losses",
     "metrics",
     "mixed_precision",

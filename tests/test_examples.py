@@ -49,8 +49,22 @@ def test_digits_main_job_default_settings_reaches_accuracy_bar(tmp_path):
 
     with np.load(tmp_path / "weights.npz", allow_pickle=False) as weights:
         shapes = [weights[f"arr_{i}"].shape for i in range(len(weights.files))]
-    # Dense(128) on 64 pixels, then Dense(10); Keras order is a stable flatten.
-    assert sorted(shapes) == sorted([(64, 128), (128,), (128, 10), (10,)])
+    # Dense(128) on 64 pixels, then Dense(10), in Keras' order: kernel, bias per layer.
+    assert shapes == [(64, 128), (128,), (128, 10), (10,)]
+
+
+def test_digits_main_job_keras_style_cnn_reaches_accuracy_bar(tmp_path):
+    # 2 replicas at global batch 64: 23 steps per epoch, so 20 epochs are quick.
+    result = _run_digits("--model", "cnn", "--cpu-devices", "2", "--epochs", "20",
+                         "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["model"] == "cnn" and metrics["num_replicas"] == 2
+    assert metrics["test_accuracy"] >= ACCURACY_BAR, metrics
+    with np.load(tmp_path / "weights.npz", allow_pickle=False) as weights:
+        shapes = [weights[f"arr_{i}"].shape for i in range(len(weights.files))]
+    # Conv2D(32, 3) on 1 channel, then Dense(64) on 4*4*32 pooled features, Dense(10).
+    assert shapes == [(3, 3, 1, 32), (32,), (512, 64), (64,), (64, 10), (10,)]
 
 
 @pytest.mark.parametrize(

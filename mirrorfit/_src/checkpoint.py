@@ -38,7 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from mirrorfit._src import keras_archive, saved_config
+from mirrorfit._src import keras_archive, keras_models, saved_config
 from mirrorfit._src.checkpoint_files import (
     TMP_SUFFIX,
     VERSION_NAME,
@@ -383,6 +383,9 @@ def decode_input_spec(encoded: Any) -> tuple[Any, np.dtype]:
 def _model_info(model, kind: str) -> dict[str, Any]:
     require_state(model.state)
     info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed}
+    architecture = keras_models.architecture(model.module)  # JSON; None for Flax modules
+    if architecture is not None:
+        info["architecture"] = architecture
     if kind == "model":
         info["compile"] = saved_config.serialize_compile(model.compile_config)
         info["module"] = saved_config.module_config(model.module)

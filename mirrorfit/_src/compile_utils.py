@@ -10,6 +10,7 @@ from typing import Any
 
 from mirrorfit._src import multi_output
 from mirrorfit._src import optimizers as optimizers_lib
+from mirrorfit._src.keras_models import freeze_non_trainable
 from mirrorfit._src.loss_scale import LossScaleOptimizer
 from mirrorfit._src.modules import ModuleAdapter
 from mirrorfit._src.steps import StepConfig
@@ -40,7 +41,8 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     if loss is None and require_loss:
         raise ValueError("compile needs a loss, e.g. loss=\"sparse_categorical_crossentropy\"."
                          " Received: loss=None")
-    tx = optimizers_lib.get(optimizer)
+    # Layers set to trainable=False before compile get no updates, as in Keras.
+    tx = freeze_non_trainable(optimizers_lib.get(optimizer), getattr(adapter, "module", None))
     if scale_loss and not isinstance(tx, LossScaleOptimizer):
         tx = LossScaleOptimizer(tx)
     keys = multi_output.loss_keys(loss)

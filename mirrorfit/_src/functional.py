@@ -338,7 +338,7 @@ def functional_module(inputs: Any, outputs: Any, name: str | None = None) -> Fun
         TypeError, ValueError: as `build_graph`.
 
     Example:
-        >>> x = Input((4,)); y = Dense(2)(x)
-        >>> module = functional_module(x, y)
+        >>> inputs = mf.layers.Input((4,)); outputs = mf.layers.Dense(2)(inputs)
+        >>> module = functional_module(inputs, outputs)
     """
     return FunctionalModule(build_graph(inputs, outputs), name=name)

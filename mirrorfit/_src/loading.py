@@ -2,9 +2,10 @@
 file).
 
 It sits above the facade: it constructs a `Model` from the stored input spec and seed (and
-the module, when it is given or found in ``custom_objects``), compiles it with the stored
-compile configuration (`mirrorfit._src.saved_config`), and restores the training state
-through `mirrorfit._src.checkpoint`.
+the module, when it is given, found in ``custom_objects``, or stored as the architecture of
+a model of ``mirrorfit.layers``), compiles it with the stored compile configuration
+(`mirrorfit._src.saved_config`), and restores the training state through
+`mirrorfit._src.checkpoint`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 from mirrorfit._src import checkpoint as checkpoint_lib
 from mirrorfit._src import keras_archive, saved_config
+from mirrorfit._src.keras_models import from_architecture
 from mirrorfit._src.model import Model
-from mirrorfit._src.modules import sequential
+from mirrorfit._src.sequential_model import module_of
 
 
 def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = None,
@@ -27,8 +29,10 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     Args:
         path: the directory or ``.keras`` file given to ``model.save``.
         module: the Flax module the model was built from (or the list of layers of a
-            `Sequential`). ``None``: rebuilt from ``custom_objects`` by its class name, for a
-            linen module whose fields are plain values. Only weights and JSON are stored,
+            `Sequential`). ``None``: a model of ``mirrorfit.layers`` is rebuilt from its
+            stored architecture (layer configs as JSON; custom layers from
+            ``custom_objects``); another linen module from ``custom_objects`` by its class
+            name, when its fields are plain values. Only weights and JSON are stored,
             never code or pickles.
         optimizer, loss, metrics: override the stored compile configuration. Needed only for
             objects that have no ``get_config`` (e.g. a raw optax transformation).
@@ -50,6 +54,10 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
         >>> model.save("run/model.keras")
         >>> with mf.MirroredStrategy().scope():
         ...     restored = mf.load_model("run/model.keras", model.module)
+        >>> with mf.MirroredStrategy().scope():
+        ...     keras_style = mf.Sequential([mf.Input((4,)), mf.layers.Dense(3)])
+        ...     keras_style.save("run/keras_style")
+        ...     restored = mf.load_model("run/keras_style")  # architecture from the save
     """
     if keras_archive.is_archive_path(path):
         with keras_archive.extracted(path) as directory:
@@ -57,11 +65,13 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     else:
         found = checkpoint_lib.read_latest(path)
     custom_objects = dict(custom_objects or {})
-    if module is None:
+    if module is None and "architecture" in found.info:
+        module = from_architecture(found.info["architecture"], custom_objects)
+    elif module is None:
         module = saved_config.rebuild_module(found.info.get("module"), custom_objects,
                                              os.fspath(path))
     elif isinstance(module, (list, tuple)):
-        module = sequential(module)
+        module = module_of(list(module))
     input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
     model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
     stored = found.info.get("compile")

@@ -1,4 +1,4 @@
-"""`Model` and `Sequential`: the tf.keras facade over a Flax module.
+"""`Model`: the tf.keras facade over a Flax module (``mf.Sequential`` is in `sequential_model`).
 
 The model owns its `TrainState` (mirrored on the devices of the strategy that was active when
 it was created): `Model.state` is its only write path, and callbacks and checkpoints change it
@@ -12,7 +12,6 @@ through `Model.assign_state`. It holds no training logic of its own. As in Keras
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -21,9 +20,10 @@ import jax.numpy as jnp
 from mirrorfit._src import input_checks, input_spec
 from mirrorfit._src import mixed_precision
 from mirrorfit._src.callbacks import History
+from mirrorfit._src.keras_models import ModelLayers, model_module
 from mirrorfit._src.model_calls import ModelCalls
 from mirrorfit._src.model_hooks import ModelHooks
-from mirrorfit._src.modules import adapt, sequential
+from mirrorfit._src.modules import adapt
 from mirrorfit._src.state import TrainState, create_state, require_state
 from mirrorfit._src.strategy import get_strategy, warn_if_outside_scope
 from mirrorfit._src.trainer import Trainer
@@ -31,7 +31,7 @@ from mirrorfit._src.training_api import TrainingAPI
 from mirrorfit._src.weights import ModelVariables
 
 
-class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables):
+class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
     """A Flax module with Keras' ``compile``/``fit``/``evaluate``/``predict``, mirrored.
 
     Args:
@@ -46,6 +46,10 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables):
         dtype_policy: a `mirrorfit.mixed_precision.Policy` or its name (e.g.
             ``"mixed_bfloat16"``); ``None``: the global policy
             (`mirrorfit.mixed_precision.global_policy`) at construction.
+        inputs, outputs: instead of ``module``, the functional API (``keras.Model(inputs,
+            outputs)``, also positionally): `mirrorfit.layers.Input` tensors and the tensors
+            computed from them (one, a list or a dict); built at once from the Inputs.
+        name: the functional model's name.
 
     Params are created replicated (``NamedSharding(mesh, P())``) on the devices of the
     strategy active at construction (`mirrorfit.get_strategy`).
@@ -53,25 +57,44 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables):
     Raises:
         TypeError: if ``module`` is not a Flax module, ``seed`` is not an int, or the
             module's ``__call__`` needs arguments mirrorfit does not pass.
-        ValueError: if ``seed`` is negative, or for an unknown policy name.
+        ValueError: if ``seed`` is negative, for an unknown policy name, or for a
+            disconnected functional graph (see `mirrorfit.layers.Input`).
+
+    Example:
+        >>> inputs = mf.layers.Input((4,))
+        >>> outputs = mf.layers.Dense(3, activation="softmax")(inputs)
+        >>> with mf.MirroredStrategy().scope():
+        ...     functional = mf.Model(inputs=inputs, outputs=outputs)
     """
 
-    def __init__(self, module: Any, input_shape: Any = None, *, input_dtype: Any = jnp.float32,
+    def __init__(self, module: Any = None, input_shape: Any = None, *, inputs: Any = None,
+                 outputs: Any = None, name: str | None = None, input_dtype: Any = jnp.float32,
                  seed: int = 0, dtype_policy: str | mixed_precision.Policy | None = None):
+        module, sample = model_module(module, input_shape, inputs, outputs, name)
         self.dtype_policy = mixed_precision.get(dtype_policy)
-        self._adapter = mixed_precision.with_policy(adapt(module), self.dtype_policy)
-        self.module = module
+        adapter = self._adapt(module)
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
         self.seed = input_checks.checked_seed(seed)
-        self._state: TrainState | None = None
-        self._input_spec: Any = None
-        self._trainer = Trainer(self._strategy, self._adapter)
         self._compile_config: dict[str, Any] | None = None
         self.stop_training = False
         self.history: History | None = None
-        if input_shape is not None:
+        self._set_module(module, adapter, input_shape, sample)
+
+    def _adapt(self, module: Any) -> Any:
+        return mixed_precision.with_policy(adapt(module), self.dtype_policy)
+
+    def _set_module(self, module: Any, adapter: Any, input_shape: Any, sample: Any) -> None:
+        """(Re)starts the model on ``module``: no state, built if the input is known."""
+        self._adapter = adapter
+        self.module = module
+        self._state: TrainState | None = None
+        self._input_spec: Any = None
+        self._trainer = Trainer(self._strategy, self._adapter)
+        if sample is not None:
+            self._build_from(sample)
+        elif input_shape is not None:
             self.build(input_shape)
 
     # -- the training state ---------------------------------------------------------------
@@ -160,18 +183,4 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables):
         else:
             input_spec.check_matches(self._input_spec, x, name)
 
-
-def Sequential(layers: Sequence[Callable[..., Any]], input_shape: Any = None,  # noqa: N802
-               **kwargs: Any) -> Model:
-    """A `Model` over ``flax.linen.Sequential(layers)``, as ``keras.Sequential``.
-
-    Each layer gets Keras' training flag: ``train``/``training`` if its ``__call__`` takes
-    one, else ``deterministic`` (Dropout) and ``use_running_average`` (BatchNorm).
-
-    Example:
-        >>> with mf.MirroredStrategy().scope():
-        ...     model = mf.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax],
-        ...                           input_shape=(784,))
-    """
-    return Model(sequential(layers), input_shape, **kwargs)
 

@@ -51,7 +51,8 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
         TypeError: an `Input` after the first position, or an entry that is not callable.
 
     Example:
-        >>> module, shape = sequential_module([Input((4,)), Dense(8), Dense(1)])
+        >>> L = mf.layers
+        >>> module, shape = sequential_module([L.Input((4,)), L.Dense(8), L.Dense(1)])
         >>> shape
         (None, 4)
     """

@@ -6,8 +6,10 @@
 it only through ``Model.assign_state``.
 
 The weights are every numeric leaf of ``(params, model_state)``; RNG key state of nnx modules
-is not a weight. The order is ``jax.tree.leaves`` (dict keys sorted, so a Dense layer gives
-``bias`` before ``kernel``), stable across runs and processes.
+is not a weight. The order is Keras' for models of ``mirrorfit.layers`` (per layer: kernel,
+bias; BatchNorm: gamma, beta, moving_mean, moving_variance) and the params' creation order
+for other Flax modules (a Dense layer's kernel before its bias), params first; see
+`mirrorfit._src.weight_order`. It is stable across runs and processes.
 """
 
 from __future__ import annotations
@@ -20,30 +22,40 @@ import jax
 import numpy as np
 
 from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src import keras_models, weight_order
 from mirrorfit._src.state import TrainState, require_state
+from mirrorfit._src.weight_order import WeightPath
 
 
-def _weight_leaves(state: TrainState) -> tuple[list[Any], Any, list[int]]:
-    """Leaves and treedef of (params, model_state), and the indices that are weights."""
-    leaves, treedef = jax.tree.flatten((state.params, state.model_state))
+def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
+                   ) -> tuple[list[Any], Any, list[int]]:
+    """Leaves and treedef of (params, model_state), and the indices of the weights, listed
+    in ``order`` (paths as `mirrorfit._src.weight_order`; unlisted ones last)."""
+    tree = (state.params, state.model_state)
+    leaves, treedef = jax.tree.flatten(tree)
+    rank = {path: i for i, path in enumerate(order)}
+    paths = weight_order.tree_paths(tree)
     numeric = [i for i, leaf in enumerate(leaves)
                if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+    numeric.sort(key=lambda i: (rank.get(paths[i], len(rank)), i))
     return leaves, treedef, numeric
 
 
-def get_weights(state: TrainState) -> list[np.ndarray]:
-    """The weights of ``state`` as NumPy arrays, params first."""
-    leaves, _, numeric = _weight_leaves(state)
+def get_weights(state: TrainState, order: Sequence[WeightPath] = ()) -> list[np.ndarray]:
+    """The weights of ``state`` as NumPy arrays, in ``order``."""
+    leaves, _, numeric = _weight_leaves(state, order)
     return [np.asarray(leaves[i]) for i in numeric]
 
 
-def set_weights(state: TrainState, weights: Sequence[Any]) -> tuple[Any, Any]:
-    """``(params, model_state)`` of ``state`` with the leaves replaced by ``weights`` (host).
+def set_weights(state: TrainState, weights: Sequence[Any],
+                order: Sequence[WeightPath] = ()) -> tuple[Any, Any]:
+    """``(params, model_state)`` of ``state`` with the leaves replaced by ``weights`` (host),
+    given in ``order``.
 
     Raises:
         ValueError: if the count or any shape differs, listing the mismatches.
     """
-    leaves, treedef, numeric = _weight_leaves(state)
+    leaves, treedef, numeric = _weight_leaves(state, order)
     weights = list(weights)
     if len(weights) != len(numeric):
         raise ValueError(f"set_weights expected a list of {len(numeric)} arrays (as returned "
@@ -72,13 +84,29 @@ class ModelVariables:
         """The optax state, replicated like the params (``None`` before compile)."""
         return None if self._state is None else self._state.opt_state
 
+    def _sample_batch(self) -> Any:
+        """Zeros ``[1, ...]`` shaped as the model's input spec."""
+        return jax.tree.map(lambda spec: np.zeros((1, *spec.shape), spec.dtype),
+                            self._input_spec)
+
+    def _weight_order(self) -> list[WeightPath]:
+        state = require_state(self._state)
+        if keras_models.is_layers_model(self.module):
+            return weight_order.keras_order(self.module, state.params, state.model_state)
+        cached = getattr(self, "_creation_order", None)
+        if cached is None or cached[0] is not self.module:
+            order = weight_order.creation_order(self._adapter, jax.random.PRNGKey(self.seed),
+                                                self._sample_batch())
+            cached = self._creation_order = (self.module, order)
+        return cached[1]
+
     def get_weights(self) -> list[np.ndarray]:
-        """Params then other collections as NumPy arrays (see `mirrorfit._src.weights`).
+        """The weights as NumPy arrays, in Keras' order (see `mirrorfit._src.weights`).
 
         Raises:
             ValueError: for an unbuilt model.
         """
-        return get_weights(require_state(self._state))
+        return get_weights(require_state(self._state), self._weight_order())
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Sets weights from a list in `get_weights` order; nothing changes on a mismatch.
@@ -86,7 +114,8 @@ class ModelVariables:
         Raises:
             ValueError: if the model is unbuilt, or the count or any shape differs.
         """
-        params, model_state = set_weights(require_state(self._state), weights)
+        params, model_state = set_weights(require_state(self._state), weights,
+                                          self._weight_order())
         self.assign_state(params=params, model_state=model_state)
 
     def save_weights(self, path: str | os.PathLike) -> None:
@@ -123,12 +152,15 @@ class ModelVariables:
         checkpoint_lib.save_model(self, path)
 
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
-        """Prints the layer table from Flax's own ``tabulate``.
+        """Prints Keras' layer table for a model of ``mirrorfit.layers``, else the table from
+        Flax's own ``tabulate``.
 
         Raises:
             ValueError: for an unbuilt model.
         """
-        require_state(self._state)
-        sample = jax.tree.map(lambda spec: np.zeros((1, *spec.shape), spec.dtype),
-                              self._input_spec)
-        print_fn(self._adapter.tabulate(jax.random.PRNGKey(self.seed), sample))
+        state = require_state(self._state)
+        if keras_models.is_layers_model(self.module):
+            print_fn(keras_models.summary_text(self.module, state.params, state.model_state,
+                                               self._sample_batch()))
+            return
+        print_fn(self._adapter.tabulate(jax.random.PRNGKey(self.seed), self._sample_batch()))

@@ -210,6 +210,7 @@ def format_summary(summary: Summary, name: str | None = None) -> str:
         table.add_row(*fields[:len(columns)])
     out = io.StringIO()
     console = rich.console.Console(file=out, width=line_length + 4, force_terminal=False,
+                                   force_jupyter=False,  # into `out`, also in a notebook
                                    color_system=None, highlight=False)
     console.print(f'Model: "{name or "functional"}"', markup=False)
     console.print(table)

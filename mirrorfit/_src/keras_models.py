@@ -1,0 +1,156 @@
+"""`Model`'s side of ``mirrorfit.layers`` models: the functional constructor, layer access,
+frozen layers, Keras' summary and the architecture stored with the weights.
+
+A *layers model* is a `FunctionalModule` (``mf.Model(inputs=..., outputs=...)``) or a
+`SequentialModule` (``mf.Sequential`` of ``mirrorfit.layers``). Its input shapes come from its
+`Input` tensors, so it is built at construction; its layers are ``model.layers``; a layer set
+to ``trainable = False`` before ``compile`` gets no updates; ``model.summary()`` prints Keras'
+table (`summary_text`); and ``model.save`` stores its architecture as JSON (`architecture`) so
+that ``mf.load_model`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import optax
+
+from mirrorfit._src import functional
+from mirrorfit._src.functional import FunctionalModule
+from mirrorfit._src.layers import config as config_lib
+from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers import summary as summary_lib
+from mirrorfit._src.modules import KerasSequential
+from mirrorfit._src.sequential import SequentialModule
+
+
+def is_layers_model(module: Any) -> bool:
+    """Whether ``module`` is a functional or Sequential module of ``mirrorfit.layers``."""
+    return isinstance(module, (FunctionalModule, SequentialModule))
+
+
+def model_module(module: Any, input_shape: Any, inputs: Any, outputs: Any,
+                 name: str | None) -> tuple[Any, Any]:
+    """The module behind ``Model(...)`` and an example batch to build it from, if known.
+
+    ``Model(inputs=x, outputs=y)`` and Keras' positional ``Model(x, y)`` build a
+    `FunctionalModule`; any other ``module`` is returned as is.
+
+    Returns:
+        ``(module, sample)``: ``sample`` is a batch of one zero row per `Input` (with the
+        Inputs' dtypes) for a layers model that declares its inputs and got no
+        ``input_shape``; else ``None``.
+
+    Raises:
+        TypeError: both a module and ``inputs``/``outputs``, or no module at all.
+        ValueError: only one of ``inputs`` and ``outputs``.
+    """
+    if functional.is_symbolic(module):  # keras.Model(inputs, outputs), positionally
+        if inputs is not None or outputs is not None:
+            raise TypeError("Pass the functional model's tensors once: Model(inputs, outputs) "
+                            "or Model(inputs=..., outputs=...). Received: both")
+        module, inputs, outputs, input_shape = None, module, input_shape, None
+    if inputs is not None or outputs is not None:
+        if module is not None:
+            raise TypeError("Model takes a Flax module or inputs=/outputs= tensors, not both. "
+                            f"Received: module={type(module).__name__} and inputs/outputs")
+        if inputs is None or outputs is None:
+            raise ValueError("A functional model needs both inputs= (Input tensors) and "
+                             "outputs= (tensors computed from them). "
+                             f"Received: inputs={inputs!r}, outputs={outputs!r}")
+        module = functional.functional_module(inputs, outputs, name=name)
+    if module is None:
+        raise TypeError("Model needs a Flax module, e.g. mf.Model(MyModule()), or "
+                        "inputs=/outputs= from mirrorfit.layers. Received: module=None")
+    sample = None
+    if (is_layers_model(module) and input_shape is None
+            and model_info.input_spec(module) is not None):
+        sample = model_info.sample_inputs(module)
+    return module, sample
+
+
+class ModelLayers:
+    """``model.layers`` and ``model.get_layer`` (as Keras); mixed into `Model`."""
+
+    module: Any
+
+    @property
+    def layers(self) -> list[Any]:
+        """The layers in Keras' order: Sequential order, or the functional graph's.
+
+        Raises:
+            TypeError: for a Flax module that is neither a layers model nor a list of layers.
+        """
+        if is_layers_model(self.module):
+            return [layer for _, layer in model_info.model_layers(self.module)]
+        if isinstance(self.module, KerasSequential):
+            return list(self.module.layers)
+        raise TypeError("model.layers needs a model of mirrorfit.layers or an mf.Sequential list;"
+                        f" use the Flax module's own attributes. Received: module of type "
+                        f"{type(self.module).__name__}")
+
+    def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
+        """The layer called ``name`` (its param-tree key), or at ``index`` of `layers`.
+
+        Raises:
+            ValueError: no layer has that name or index, or neither / both were given.
+        """
+        if (name is None) == (index is None):
+            raise ValueError("get_layer takes exactly one of name= or index=. "
+                             f"Received: name={name!r}, index={index!r}")
+        if index is not None:
+            layers = self.layers
+            if not -len(layers) <= index < len(layers):
+                raise ValueError(f"The model has {len(layers)} layers. Received: index={index}")
+            return layers[index]
+        if not is_layers_model(self.module):
+            raise ValueError("get_layer(name=...) needs a model of mirrorfit.layers (whose "
+                             f"layers have names); use index=. Received: name={name!r}")
+        return model_info.get_layer(self.module, name)
+
+
+def freeze_non_trainable(tx: optax.GradientTransformation, module: Any
+                         ) -> optax.GradientTransformation:
+    """``tx`` with zero updates for the params of layers that are ``trainable=False`` now.
+
+    As Keras, freezing is read at ``compile``: the frozen layers get no update and no weight
+    decay (their update, decay included, is set to zero after ``tx``). Returns ``tx`` itself
+    when nothing is frozen.
+    """
+    frozen = ({path[0] for path in model_info.non_trainable_paths(module)}
+              if is_layers_model(module) else set())
+    if not frozen:
+        return tx
+
+    def frozen_mask(params: Any) -> Any:
+        return {key: jax.tree.map(lambda _, f=key in frozen: f, value)
+                for key, value in params.items()}
+    return optax.chain(tx, optax.masked(optax.set_to_zero(), frozen_mask))
+
+
+def architecture(module: nn.Module) -> dict[str, Any] | None:
+    """The JSON architecture of a layers model whose layers all have ``get_config``, else
+    ``None`` (then ``load_model`` needs the module again)."""
+    if not is_layers_model(module):
+        return None
+    try:
+        return config_lib.functional_config(module)
+    except ValueError:  # a layer without get_config: only the weights are stored
+        return None
+
+
+def from_architecture(config: dict[str, Any], custom_objects: dict[str, Any] | None
+                      ) -> nn.Module:
+    """The module `architecture` described; custom layer classes come from
+    ``custom_objects`` (``{class_name: class}``)."""
+    return config_lib.module_from_config(config, custom_objects)
+
+
+def summary_text(module: nn.Module, params: Any, model_state: Any, sample: Any) -> str:
+    """Keras 3's ``model.summary()`` table of a layers model (``sample``: a batch ``[1, ...]``
+    of its inputs, for the output shapes of a Sequential built without an `Input`)."""
+    rows = summary_lib.summary_rows(module, {"params": params, **model_state}, sample)
+    default = "sequential" if isinstance(module, SequentialModule) else "functional"
+    return summary_lib.format_summary(rows, name=module.name or default)

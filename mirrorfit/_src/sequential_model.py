@@ -1,0 +1,82 @@
+"""`Sequential`: a `Model` over a list of layers, grown with ``add``, as ``keras.Sequential``.
+
+A list that holds ``mirrorfit.layers`` layers (or starts with an `Input`) runs as a
+`SequentialModule`: each layer's params sit under its Keras name (``dense``, ``dense_1`` or
+its ``name=``). A list of plain Flax modules and functions runs as `KerasSequential`
+(``flax.linen.Sequential``, params under ``layers_0``, ``layers_1``, ...), as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+
+from mirrorfit._src.functional import KerasTensor
+from mirrorfit._src.keras_models import model_module
+from mirrorfit._src.layers.base import Layer
+from mirrorfit._src.model import Model
+from mirrorfit._src.modules import sequential
+from mirrorfit._src.sequential import sequential_module
+
+
+def module_of(layers: list[Any], name: str | None = None) -> nn.Module:
+    """The module running ``layers``: `SequentialModule` when they include ``mirrorfit.layers``
+    (or are empty), else `KerasSequential`."""
+    keras_style = not layers or any(isinstance(l, (KerasTensor, Layer)) for l in layers)
+    return sequential_module(layers, name=name)[0] if keras_style else sequential(layers)
+
+
+class Sequential(Model):
+    """A `Model` running ``layers`` in order, as ``keras.Sequential``.
+
+    Args:
+        layers: ``mirrorfit.layers`` layers (optionally led by `mirrorfit.layers.Input`, or
+            with ``input_shape=`` on the first one: then the model is built now), or Flax
+            modules and functions. Each layer gets Keras' training flag: ``train``/``training``
+            if its ``__call__`` takes one, else ``deterministic`` (Dropout) and
+            ``use_running_average`` (BatchNorm).
+        input_shape: shape of one example without the batch axis, when the layers declare
+            none; otherwise the model is built on the first batch.
+        name: the model's name (``"sequential"`` in the summary when not given).
+        **kwargs: `Model`'s ``input_dtype`` and ``seed``.
+
+    Raises:
+        TypeError: an entry that is not callable, or an `Input` after the first position.
+
+    Example:
+        >>> with mf.MirroredStrategy().scope():
+        ...     model = mf.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax],
+        ...                           input_shape=(784,))
+        ...     keras_style = mf.Sequential([mf.Input((784,)), mf.layers.Dense(10)])
+        >>> keras_style.layers[0].name
+        'dense'
+    """
+
+    def __init__(self, layers: Sequence[Callable[..., Any]] | None = None,
+                 input_shape: Any = None, *, name: str | None = None, **kwargs: Any):
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, type(None))):
+            raise TypeError("layers must be a list of layers, e.g. [mf.layers.Dense(10)]. "
+                            f"Received: layers={layers!r}")
+        self._layer_list = list(layers or [])
+        self._name = name
+        self._input_shape = input_shape
+        super().__init__(module_of(self._layer_list, name), input_shape, **kwargs)
+
+    def add(self, layer: Any) -> None:
+        """Appends ``layer`` (or a leading `mirrorfit.layers.Input`), as ``Sequential.add``.
+
+        The model is rebuilt when its input shape is known, with fresh weights (from
+        ``seed``), and recompiled with the same arguments if it was compiled.
+
+        Raises:
+            TypeError: ``layer`` is not callable, or an `Input` after the first layer.
+        """
+        layers = [*self._layer_list, layer]
+        module, sample = model_module(module_of(layers, self._name), self._input_shape,
+                                      None, None, None)
+        self._layer_list = layers
+        self._set_module(module, self._adapt(module), self._input_shape, sample)
+        if self._compile_config is not None:
+            self.compile(**self._compile_config)
