@@ -27,6 +27,18 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(a % ndim for a in axes))
 
 
+def _scale_and_offset(layer: Layer, x: jax.Array, axes: tuple[int, ...]):
+    """``(shape, broadcast shape, gamma or None, beta or None)`` over the feature ``axes``,
+    with the layer's ``scale``/``center`` and Keras' gamma/beta weights."""
+    shape = tuple(x.shape[a] for a in axes)
+    bshape = tuple(x.shape[a] if a in axes else 1 for a in range(x.ndim))
+    gamma = (layer.weight("gamma", layer.gamma_initializer, shape, layer.gamma_regularizer)
+             if layer.scale else None)
+    beta = (layer.weight("beta", layer.beta_initializer, shape, layer.beta_regularizer)
+            if layer.center else None)
+    return shape, bshape, gamma, beta
+
+
 def _normalize(x, mean, var, gamma, beta, epsilon):
     y = (x - mean) * lax.rsqrt(var + epsilon)
     if gamma is not None:
@@ -61,12 +73,7 @@ class BatchNormalization(Layer):
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
         x = self.cast(inputs)
         feature_axes = _axes(self.axis, x.ndim)
-        shape = tuple(x.shape[a] for a in feature_axes)
-        bshape = tuple(x.shape[a] if a in feature_axes else 1 for a in range(x.ndim))
-        gamma = (self.weight("gamma", self.gamma_initializer, shape, self.gamma_regularizer)
-                 if self.scale else None)
-        beta = (self.weight("beta", self.beta_initializer, shape, self.beta_regularizer)
-                if self.center else None)
+        shape, bshape, gamma, beta = _scale_and_offset(self, x, feature_axes)
         moving = {
             name: self.variable(BATCH_STATS, name, lambda i=init: initializers.get(i)(
                 self.make_rng("params"), shape, jnp.float32))
@@ -110,12 +117,7 @@ class LayerNormalization(Layer):
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
         x = self.cast(inputs)
         axes = _axes(self.axis, x.ndim)
-        shape = tuple(x.shape[a] for a in axes)
-        bshape = tuple(x.shape[a] if a in axes else 1 for a in range(x.ndim))
-        gamma = (self.weight("gamma", self.gamma_initializer, shape, self.gamma_regularizer)
-                 if self.scale else None)
-        beta = (self.weight("beta", self.beta_initializer, shape, self.beta_regularizer)
-                if self.center else None)
+        shape, bshape, gamma, beta = _scale_and_offset(self, x, axes)
         x32 = x.astype(jnp.float32)
         mean = jnp.mean(x32, axes, keepdims=True)
         var = jnp.var(x32, axes, keepdims=True)
