@@ -115,3 +115,27 @@ def test_compile_replica_fn_maps_per_replica_function_with_collectives():
     total, shifted = fn(strategy.replicate(w), strategy.shard_batch(x))
     np.testing.assert_allclose(float(total), 2.0 * x.sum(), rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(shifted), x + np.repeat(np.arange(3), 2))
+
+
+def test_single_replica_program_is_plain_jit_with_shard_map_results():
+    # One replica: compile_replica_fn binds the axis with a size-1 vmap instead of shard_map
+    # (the single-device fast path). Collectives must still trace and give exactly what the
+    # shard_map program gives, with the same output shardings.
+    strategy = _strategy(1)
+
+    def fn(w, x):
+        mean = lax.pmean(w * jnp.sum(x), "batch")
+        return mean, lax.psum(x, "batch") + lax.axis_index("batch"), lax.all_gather(
+            x, "batch", tiled=True)
+
+    w = strategy.replicate_arrays(jnp.float32(1.5))
+    x = strategy.shard_batch(np.arange(12, dtype=np.float32).reshape(6, 2))
+    in_specs, out_specs = (P(), P("batch")), (P(), P("batch"), P())
+    fast = strategy.compile_replica_fn(fn, in_specs, out_specs)
+    reference = jax.jit(jax.shard_map(fn, mesh=strategy.mesh, in_specs=in_specs,
+                                      out_specs=out_specs, check_vma=False))
+    assert "shard_map" not in str(jax.make_jaxpr(fast)(w, x))
+    assert "shard_map" in str(jax.make_jaxpr(reference)(w, x))
+    for got, want, spec in zip(fast(w, x), reference(w, x), out_specs):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert got.sharding == jax.sharding.NamedSharding(strategy.mesh, spec)
