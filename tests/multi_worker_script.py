@@ -8,7 +8,8 @@ Under ``python -m mirrorfit.launch`` (``MIRRORFIT_*`` set) it trains with
 devices: the same MLP on the same global batches (3 epochs of 8 global batches of 16 rows,
 shuffled), then evaluates and predicts. Each process writes ``OUT_DIR/result-<rank>.npz``:
 the weights, history, evaluate logs, predictions, the global step it started from, and its
-strategy's replica and process counts. ``--batch``, ``--hidden`` and ``--data-seed`` (the
+strategy's replica and process counts; and, under ``pp_*`` keys, the results of training
+on with one grain input pipeline per process (`per_process_inputs`). ``--batch``, ``--hidden`` and ``--data-seed`` (the
 seed of x and y) take one value, or one
 per rank separated by commas (to start mismatched processes).
 
@@ -22,12 +23,14 @@ import os
 import signal
 
 import flax.linen as nn
+import grain
 import jax
 import numpy as np
 
 import mirrorfit as mf
 
 EPOCHS, ROWS = 3, 128
+PP_ROWS = 40  # rows of the per-process inputs (20 per process)
 
 
 class Killer(mf.callbacks.Callback):
@@ -69,6 +72,58 @@ def rows_from_function(strategy, x):
                            for b in dataset])
 
 
+def per_process_inputs(model, strategy, x, y):
+    """More training, evaluate and predict of ``model`` on one grain pipeline per process.
+
+    With several processes (``model.fit(strategy.distribute_datasets_from_function(fn))``),
+    process ``p`` reads rows ``[20p, 20p + 20)`` (``ShardByJaxProcess``) as per-replica
+    batches and contributes half of each global batch; each epoch ends with a partial batch.
+    In one process, the same global batches are given as arrays, in the same row order. The
+    global batches (16 for fit, 24 for evaluate, 12 for predict) are those of ``main``, so no
+    step compiles again. Returns the ``pp_*`` results, with the error of a fit that omits
+    ``steps_per_epoch``.
+    """
+    x, y = x[:PP_ROWS], y[:PP_ROWS]
+    half = PP_ROWS // 2
+
+    def order(global_batch):  # the rows of each global batch: process 0's, then process 1's
+        part = global_batch // 2
+        return np.concatenate([np.arange(p * half + k, p * half + min(k + part, half))
+                               for k in range(0, half, part) for p in range(2)])
+
+    if jax.process_count() == 1:  # the reference
+        history = model.fit(x[order(16)], y[order(16)], batch_size=16, epochs=2, shuffle=False,
+                            verbose=0)
+        evaluated = model.evaluate(x[order(24)], y[order(24)], batch_size=24, verbose=0,
+                                   return_dict=True)
+        predicted = model.predict(x[order(12)], batch_size=12, verbose=0)
+        error = ""
+    else:
+        def pipeline(records, global_batch):
+            def dataset_fn(context):
+                sampler = grain.samplers.IndexSampler(
+                    len(records), shard_options=grain.sharding.ShardByJaxProcess(),
+                    shuffle=False, num_epochs=1)
+                batch = context.get_per_replica_batch_size(global_batch)
+                return grain.DataLoader(data_source=records, sampler=sampler, worker_count=0,
+                                        operations=[grain.transforms.Batch(batch)])
+            return strategy.distribute_datasets_from_function(dataset_fn)
+
+        pairs = [(x[i], y[i]) for i in range(PP_ROWS)]
+        try:  # a DataLoader has no len(): the processes must be told the steps per epoch
+            model.fit(pipeline(pairs, 16), verbose=0)
+            error = ""
+        except ValueError as e:
+            error = str(e)
+        history = model.fit(pipeline(pairs, 16), epochs=2, steps_per_epoch=3, verbose=0)
+        evaluated = model.evaluate(pipeline(pairs, 24), steps=2, verbose=0, return_dict=True)
+        predicted = model.predict(pipeline(list(x), 12), steps=4, verbose=0)
+    return {"pp_weights": np.concatenate([w.ravel() for w in model.get_weights()]),
+            "pp_predicted": predicted, "pp_steps_error": np.asarray(error),
+            **{f"pp_history_{k}": np.asarray(v) for k, v in history.history.items()},
+            **{f"pp_evaluate_{k}": np.asarray(v) for k, v in evaluated.items()}}
+
+
 def per_rank(text, rank):
     values = [int(v) for v in text.split(",")]
     return values[rank] if len(values) > 1 else values[0]
@@ -105,11 +160,13 @@ def main():
                         verbose=2, validation_data=(x[:40], y[:40]), callbacks=callbacks)
     evaluated = model.evaluate(x, y, batch_size=24, verbose=0, return_dict=True)
     predicted = model.predict(x[:50], batch_size=12, verbose=0)  # 50 rows: padded batches
-    np.savez(os.path.join(args.out, f"result-{rank}.npz"), *model.get_weights(),
+    weights = model.get_weights()
+    np.savez(os.path.join(args.out, f"result-{rank}.npz"), *weights,
              from_function=rows_from_function(strategy, x[:44]),
              predicted=predicted, first_step=np.asarray(killer.first_step),
              replicas=np.asarray(strategy.num_replicas_in_sync),
              processes=np.asarray(jax.process_count()),
+             **per_process_inputs(model, strategy, x, y),
              **{f"history_{k}": np.asarray(v) for k, v in history.history.items()},
              **{f"evaluate_{k}": np.asarray(v) for k, v in evaluated.items()})
     print(f"process {rank} done")

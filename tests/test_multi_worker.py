@@ -120,6 +120,24 @@ def test_datasets_from_function_assemble_global_batches_across_processes(job, re
         np.testing.assert_array_equal(result["from_function"], x)
 
 
+def test_fit_on_one_grain_pipeline_per_process_matches_arrays_in_one_process(job, reference):
+    # model.fit(strategy.distribute_datasets_from_function(fn)): each process's grain
+    # pipeline (ShardByJaxProcess) gives half of every global batch, the last one partial;
+    # the reference fits, evaluates and predicts the same global batches as arrays.
+    pp_keys = [k for k in reference if k.startswith(("pp_history_", "pp_evaluate_"))]
+    assert {"pp_history_loss", "pp_history_accuracy", "pp_evaluate_loss"} <= set(pp_keys)
+    for result in job[2]:
+        np.testing.assert_allclose(result["pp_weights"], reference["pp_weights"], rtol=1e-5,
+                                   atol=1e-7)
+        for key in pp_keys:
+            np.testing.assert_allclose(result[key], reference[key], rtol=1e-5, err_msg=key)
+        assert result["pp_predicted"].shape == (40, 3)
+        np.testing.assert_allclose(result["pp_predicted"], reference["pp_predicted"],
+                                   rtol=1e-5, atol=1e-7)
+        # Without a length, the processes must be told the steps per epoch.
+        assert "steps_per_epoch is required" in str(result["pp_steps_error"])
+
+
 def test_metrics_history_and_weights_identical_on_every_process(job):
     _, _, (first, second) = job
     assert first.keys() == second.keys()

@@ -60,8 +60,8 @@ def stack(batches: list[Batch]) -> Batch:
     return jax.tree.map(lambda *leaves: np.stack(leaves), *batches)
 
 
-def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False
-                  ) -> Iterator[Batch]:
+def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
+                  local: bool = False) -> Iterator[Batch]:
     """Moves host batches onto ``mesh`` (a `DeviceMesh`), split over replicas.
 
     A mask that repeats (the all-``True`` mask of full batches is one shared array) is
@@ -69,15 +69,19 @@ def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False
     transfer of x and y.
 
     Args:
-        batches: host `Batch` es.
+        batches: host `Batch` es: global batches, or with ``local`` this process's rows of
+            each global batch.
         mesh: the `mirrorfit._src.mesh.DeviceMesh` to place them on.
         stacked: whether the batches carry a leading ``[K]`` axis (``steps_per_execution``).
+        local: whether each process passes only its own rows (one input pipeline per
+            process; `DeviceMesh.shard_local_batch`) rather than the whole global batch
+            (`DeviceMesh.shard_batch`).
     """
     leading = 1 if stacked else 0
+    place = mesh.shard_local_batch if local else mesh.shard_batch
     last_mask: list[Any] = [None, None]  # (host mask, its device copy)
     for batch in batches:
-        x, y, weight = mesh.shard_batch((batch.x, batch.y, batch.sample_weight),
-                                        leading_axes=leading)
+        x, y, weight = place((batch.x, batch.y, batch.sample_weight), leading_axes=leading)
         if batch.mask is not last_mask[0]:
-            last_mask[:] = batch.mask, mesh.shard_batch(batch.mask, leading_axes=leading)
+            last_mask[:] = batch.mask, place(batch.mask, leading_axes=leading)
         yield Batch(x, y, weight, last_mask[1])

@@ -6,6 +6,10 @@ A distributed batch is the user's pytree with every leaf a global ``jax.Array`` 
 repeating real rows) and its padding recorded as its mask (bool ``[global_batch]``, `mirrorfit.batch_mask`); replicas
 never get ragged or empty shards. The next batch is placed on the devices before the
 current one is handed out, so its transfer overlaps the caller's step.
+
+``model.fit``, ``evaluate`` and ``predict`` take a `DistributedDataset` as well
+(``mirrorfit._src.data_adapters.distributed_dataset_adapter``): they read its host batches
+and pad, mask and place them through the input layer, like any other source.
 """
 
 from __future__ import annotations
@@ -95,16 +99,42 @@ def distribute_batch(mesh: DeviceMesh, batch: Any, *,
 class DistributedDataset:
     """Iterable of distributed batches over an iterable of host batches.
 
-    Each pass over it iterates the source again, one batch placed ahead.
+    Each pass over it iterates the source again, one batch placed ahead. ``model.fit``,
+    ``evaluate`` and ``predict`` take it too (as tf.keras takes a tf.distribute dataset):
+    they read its host batches (`host_batches`) through their own input layer.
 
     Args:
-        batches: returns a fresh iterator of host batches.
+        batches: returns a fresh iterator of host batches (pytrees of arrays).
         place: host batch -> distributed batch.
+        strategy: the strategy (a `DeviceMesh`) that places the batches.
+        per_process: whether each host batch is this process's rows of the global batch
+            (``distribute_datasets_from_function``) rather than the whole global batch.
+        length: returns the batches per pass, or ``None`` when the source has no length.
+
+    Attributes:
+        strategy: as given.
+        per_process: as given.
+        num_local_replicas: the replicas of this process; a per-process host batch is
+            padded to a multiple of it.
     """
 
-    def __init__(self, batches: Callable[[], Iterator[Any]], place: Callable[[Any], Any]):
+    def __init__(self, batches: Callable[[], Iterator[Any]], place: Callable[[Any], Any], *,
+                 strategy: DeviceMesh, per_process: bool = False,
+                 length: Callable[[], int | None] = lambda: None):
         self._batches = batches
         self._place = place
+        self._length = length
+        self.strategy = strategy
+        self.per_process = per_process
+        self.num_local_replicas = strategy.num_replicas_in_sync // jax.process_count()
+
+    def host_batches(self) -> Iterator[Any]:
+        """A fresh pass over the host batches, as the source yields them (not yet padded)."""
+        return self._batches()
+
+    def num_batches(self) -> int | None:
+        """Batches (steps) per pass; ``None`` when the source has no ``len()``."""
+        return self._length()
 
     def __iter__(self) -> Iterator[Any]:
         upcoming = None
@@ -116,6 +146,13 @@ class DistributedDataset:
             yield upcoming
 
 
+def _length(source: Any) -> int | None:
+    """``len(source)`` for a sized re-iterable; ``None`` for an iterator or unsized source."""
+    if isinstance(source, Iterator) or not hasattr(source, "__len__"):
+        return None
+    return len(source)
+
+
 def experimental_distribute_dataset(mesh: DeviceMesh, dataset: Iterable
                                     ) -> DistributedDataset:
     """See `MirroredStrategy.experimental_distribute_dataset`."""
@@ -124,7 +161,9 @@ def experimental_distribute_dataset(mesh: DeviceMesh, dataset: Iterable
     except TypeError:
         raise TypeError("dataset must be an iterable of global batches (a list, a generator, a "
                         f"tf.data.Dataset, ...). Received: dataset={dataset!r}") from None
-    return DistributedDataset(lambda: iter(dataset), lambda b: distribute_batch(mesh, b))
+    return DistributedDataset(lambda: iter(dataset),
+                              lambda b: distribute_batch(mesh, b), strategy=mesh,
+                              length=lambda: _length(dataset))
 
 
 def input_context(mesh: DeviceMesh) -> InputContext:
@@ -152,6 +191,10 @@ def distribute_datasets_from_function(mesh: DeviceMesh,
                 return
             yield jax.tree.map(lambda *leaves: np.concatenate(leaves), *map(_to_numpy, parts))
 
+    def length():  # a sized pipeline: one step per local_replicas per-replica batches
+        size = _length(dataset_fn(context))
+        return None if size is None else -(-size // local_replicas)
+
     static_rows: list[int] = []
 
     def place(local_batch):
@@ -160,4 +203,4 @@ def distribute_datasets_from_function(mesh: DeviceMesh,
             static_rows.append(padded_size(rows, local_replicas))
         return distribute_batch(mesh, local_batch, local_rows=static_rows[0])
 
-    return DistributedDataset(batches, place)
+    return DistributedDataset(batches, place, strategy=mesh, per_process=True, length=length)

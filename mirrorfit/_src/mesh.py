@@ -128,21 +128,33 @@ class DeviceMesh:
 
         return jax.tree.map(place, tree)
 
-    def shard_local_batch(self, tree: Any) -> Any:
+    def shard_local_batch(self, tree: Any, *, leading_axes: int = 0) -> Any:
         """Places this process's rows of a global batch (one input pipeline per process).
 
         Args:
-            tree: pytree of NumPy arrays ``[local_rows, ...]``; every process passes the same
-                ``local_rows``, a multiple of its local replica count.
+            tree: pytree of NumPy arrays ``[local_rows, ...]`` (``[K, local_rows, ...]`` with
+                ``leading_axes=1``); every process passes the same ``local_rows``, a multiple
+                of its local replica count.
+            leading_axes: number of unsplit axes before the batch axis, as in `shard_batch`.
 
         Returns:
             Global ``jax.Array`` s ``[local_rows * process_count, ...]`` sharded ``P("batch")``,
             process ``p`` contributing rows ``p * local_rows`` onwards.
         """
         count = jax.process_count()
-        return jax.tree.map(
-            lambda leaf: jax.make_array_from_process_local_data(
-                self._batch_sharded, leaf, (leaf.shape[0] * count, *leaf.shape[1:])), tree)
+        if count == 1:  # this process's rows are the global batch
+            return self.shard_batch(tree, leading_axes=leading_axes)
+        sharding = self._batch_sharded
+        if leading_axes:
+            sharding = NamedSharding(self._mesh, P(*([None] * leading_axes), BATCH_AXIS))
+
+        def place(leaf):
+            leaf = np.asarray(leaf)
+            shape = list(leaf.shape)
+            shape[leading_axes] *= count
+            return jax.make_array_from_process_local_data(sharding, leaf, tuple(shape))
+
+        return jax.tree.map(place, tree)
 
     def fetch(self, tree: Any) -> Any:
         """Copies a pytree of global arrays to the host as NumPy, on every process.

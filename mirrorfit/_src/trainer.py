@@ -188,8 +188,8 @@ class Trainer:
     def _placed(self, data, epoch: int = 0, start_step: int = 0, group: int = 1):
         """The epoch's batches placed on the mesh (ahead, on a thread); close it after use."""
         batches = data.batches(epoch, start_step=start_step, group=group)
-        return contextlib.closing(prefetch(place_batches(batches, self.strategy,
-                                                         stacked=group > 1), self.prefetch))
+        placed = place_batches(batches, self.strategy, stacked=group > 1, local=data.local_rows)
+        return contextlib.closing(prefetch(placed, self.prefetch))
 
     def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
             validation=None, validation_freq: int = 1) -> History:
@@ -343,25 +343,19 @@ class Trainer:
             The module's output pytree with NumPy leaves ``[num_examples, ...]``.
         """
         callbacks.on_predict_begin()
-        real_rows: list[int] = []  # per batch, read from the host mask before placement
-
-        def counted(batches):
-            for batch in batches:
-                real_rows.append(int(np.count_nonzero(batch.mask)))
-                yield batch
-
         predict_fn = None
         in_flight = InFlight()
         outputs = []
         step = -1
-        batches = prefetch(place_batches(counted(data.batches(0)), self.strategy), self.prefetch)
+        batches = prefetch(place_batches(data.batches(0), self.strategy, local=data.local_rows),
+                           self.prefetch)
         with contextlib.closing(batches):
             for step, batch in enumerate(batches):
                 if predict_fn is None:
                     predict_fn = self._compiled_step(self._predict_step, (model.state, batch),
                                                      P(BATCH_AXIS))
                 callbacks.on_predict_batch_begin(step)
-                ready = in_flight.push((predict_fn(model.state, batch), real_rows[step]))
+                ready = in_flight.push((predict_fn(model.state, batch), batch.mask))
                 if ready is not None:
                     outputs.append(self._to_host(*ready))
                     callbacks.on_predict_batch_end(step - 1)
@@ -372,10 +366,11 @@ class Trainer:
         callbacks.on_predict_end()
         return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
 
-    def _to_host(self, y_pred, num_real: int):
-        # All rows on every process: several processes all-gather them. Padding rows are
-        # always at the end of a batch.
-        return jax.tree.map(lambda a: a[:num_real], self.strategy.fetch(y_pred))
+    def _to_host(self, y_pred, mask):
+        # All rows on every process: several processes all-gather them, and the mask, which
+        # marks the padding (in the middle of the batch when each process placed its rows).
+        y_pred, mask = self.strategy.fetch((y_pred, mask))
+        return jax.tree.map(lambda a: a[mask], y_pred)
 
 
 def _first(batches, data) -> Batch:

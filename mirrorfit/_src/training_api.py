@@ -84,7 +84,8 @@ class TrainingAPI:
         data = data_adapters.get_data_adapter(
             x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, steps=steps,
             num_replicas=self._strategy.num_replicas_in_sync, seed=self.seed,
-            with_targets=with_targets, steps_name=steps_name, **kwargs)
+            with_targets=with_targets, steps_name=steps_name, strategy=self._strategy,
+            **kwargs)
         if check:  # fit checks them with its other settings, in one all-gather
             self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
@@ -151,7 +152,8 @@ class TrainingAPI:
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split, validation_data=validation_data,
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
-            validation_steps=validation_steps, validation_batch_size=validation_batch_size)
+            validation_steps=validation_steps, validation_batch_size=validation_batch_size,
+            strategy=self._strategy)
         if validation is not None:
             input_spec.check_matches(self._input_spec, validation.first_inputs(),
                                      "validation_data")

@@ -7,11 +7,13 @@ One adapter per input kind, chosen in one place (`get_data_adapter`), as Keras 3
 * `IterableDataAdapter`: every source of batches; its kinds live in their own modules:
   `PyDataset` (``py_dataset_adapter``), ``tf.data`` (``tf_dataset_adapter``), grain
   (``grain_dataset_adapter``), torch (``torch_data_loader_adapter``), and any other
-  iterable or generator.
+  iterable or generator; and a ``DistributedDataset`` of the model's strategy
+  (``distributed_dataset_adapter``), whose per-process pipelines pass only their own rows.
 
 Every adapter has ``steps`` (steps per epoch, ``None`` when unknown), ``first_inputs()``
-(to build or check the model) and ``batches(epoch, start_step=0, group=1)``, which yields
-`mirrorfit._src.batch.Batch` es of one static shape. An argument that does not apply to
+(to build or check the model), ``batches(epoch, start_step=0, group=1)``, which yields
+`mirrorfit._src.batch.Batch` es of one static shape, and ``local_rows`` (whether they are
+this process's rows of each global batch, to place with ``shard_local_batch``). An argument that does not apply to
 the chosen kind is a ``ValueError`` (`raise_unsupported_arg`), never silently ignored.
 `train_and_validation` applies ``fit``'s validation arguments.
 """
@@ -30,6 +32,11 @@ from mirrorfit._src.data_adapters.array_data_adapter import (
     is_array_input,
 )
 from mirrorfit._src.data_adapters.class_weight import check_class_weight
+from mirrorfit._src.data_adapters.distributed_dataset_adapter import (
+    distributed_dataset_adapter,
+    is_distributed_dataset,
+    per_process_fingerprint,
+)
 from mirrorfit._src.data_adapters.grain_dataset_adapter import (
     grain_dataset_adapter,
     is_grain_dataset,
@@ -88,6 +95,8 @@ def kind_of(x: Any) -> str:
     """The input kind of a source of batches, as messages name it."""
     if isinstance(x, PyDataset):
         return "PyDataset"
+    if is_distributed_dataset(x):
+        return "DistributedDataset"
     if is_tf_dataset(x):
         return "tf.data.Dataset"
     if is_grain_dataset(x):
@@ -100,14 +109,15 @@ def kind_of(x: Any) -> str:
 def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_size: Any,
                      num_replicas: int, shuffle: bool | None = False, steps: Any = None,
                      seed: int = 0, with_targets: bool = True, class_weight: Any = None,
-                     steps_name: str = "steps_per_epoch", batch_size_name: str = "batch_size"
-                     ) -> DataAdapter:
+                     steps_name: str = "steps_per_epoch", batch_size_name: str = "batch_size",
+                     strategy: Any = None) -> DataAdapter:
     """The adapter for ``x`` (and ``y``, ``sample_weight``), chosen by its kind.
 
     Args:
         x: arrays ``[num_examples, ...]`` (or a dict/tuple/list of them, or pandas), a
             `PyDataset`, a ``tf.data.Dataset``, a grain dataset or ``DataLoader``, a torch
-            ``DataLoader``, or any iterable or generator of global batches.
+            ``DataLoader``, a ``DistributedDataset`` of ``strategy``, or any iterable or
+            generator of global batches.
         y: targets for array ``x``; ``None`` for a source of batches or for predict.
         sample_weight: float ``[num_examples]`` for array ``x``, or ``None``.
         batch_size: global batch size for array ``x`` (``None``: 32).
@@ -120,10 +130,13 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
         with_targets: ``False`` for predict (inputs only).
         class_weight: ``{class: weight}``, for arrays, `PyDataset` and tf.data.
         steps_name, batch_size_name: how the caller calls ``steps`` and ``batch_size``.
+        strategy: the model's strategy (a ``DistributedDataset`` must be distributed by it).
 
     Raises:
         ValueError: for a missing ``x``/``y``, an argument that does not apply to the kind
-            of ``x``, or a non-positive ``batch_size``/``steps``.
+            of ``x``, a non-positive ``batch_size``/``steps``, a ``DistributedDataset`` of
+            another strategy, or (several processes) a per-process pipeline without a
+            length and without ``steps``.
         TypeError: if ``x`` is neither arrays nor an iterable, is a Python list of numbers,
             or holds strings or objects.
     """
@@ -173,6 +186,9 @@ def get_data_adapter(x: Any, y: Any = None, sample_weight: Any = None, *, batch_
         return grain_dataset_adapter(x, **common)
     if kind == "torch DataLoader":
         return torch_data_loader_adapter(x, **common)
+    if kind == "DistributedDataset":
+        return distributed_dataset_adapter(x, strategy=strategy, steps=steps,
+                                           with_targets=with_targets, steps_name=steps_name)
     return IterableDataAdapter(x, steps_per_epoch=steps, num_replicas=num_replicas,
                                with_targets=with_targets, kind=kind)
 
@@ -182,8 +198,12 @@ def input_fingerprint(data: DataAdapter) -> dict[str, Any]:
 
     Several processes must pass the same global arrays; each field is one input leaf
     (``"x['a']"``, ``"y"``) with its shape, dtype and a hash of a fixed sample of rows.
-    Sources of batches give no fields (each process may read its own shard).
+    Sources of batches give no fields (each process may read its own shard), except that
+    per-process pipelines (``local_rows``) must agree on their steps and batch rows
+    (`per_process_fingerprint`).
     """
+    if data.local_rows:
+        return per_process_fingerprint(data)
     if not isinstance(data, ArrayDataAdapter):
         return {}
     return {f"input {name}": value for name, value in data.fingerprint().items()}
@@ -202,8 +222,8 @@ def _is_xy_tuple(data: Any) -> bool:
 
 def train_and_validation(train: DataAdapter, *, validation_split: Any, validation_data: Any,
                          batch_size: Any, num_replicas: int, steps: Any = None,
-                         validation_steps: Any = None, validation_batch_size: Any = None
-                         ) -> tuple[DataAdapter, DataAdapter | None]:
+                         validation_steps: Any = None, validation_batch_size: Any = None,
+                         strategy: Any = None) -> tuple[DataAdapter, DataAdapter | None]:
     """``fit``'s training adapter and its validation adapter (or ``None``).
 
     ``validation_split`` takes the last fraction of array rows, before shuffling, as Keras.
@@ -211,7 +231,8 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
     or any source of batches `get_data_adapter` takes (a list whose items are all tuples
     or lists is a list of batches). ``validation_batch_size`` (default ``batch_size``)
     batches array validation data; ``validation_steps`` bounds each validation. Given both,
-    ``validation_data`` wins, with a warning, as in Keras.
+    ``validation_data`` wins, with a warning, as in Keras. ``strategy`` is the model's
+    (for a ``DistributedDataset``).
 
     Raises:
         ValueError: for a split outside ``[0, 1)``, a split of an iterable, or an argument
@@ -253,7 +274,7 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
     return train, get_data_adapter(x_val, y_val, weight, batch_size=val_batch,
                                    num_replicas=num_replicas, steps=validation_steps,
                                    steps_name="validation_steps",
-                                   batch_size_name="validation_batch_size")
+                                   batch_size_name="validation_batch_size", strategy=strategy)
 
 
 __all__ = [

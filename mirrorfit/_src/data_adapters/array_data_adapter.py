@@ -111,6 +111,8 @@ class ArrayDataAdapter:
         TypeError: if x or y holds strings or objects.
     """
 
+    local_rows = False  # every process passes whole global batches (see IterableDataAdapter)
+
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
                  shuffle=False, seed=0, class_weight=None):
         self.x = as_numpy(x)

@@ -4,8 +4,10 @@ grain is never imported here: a dataset is recognised by its class (as Keras'
 ``is_grain_dataset``). Each epoch iterates the dataset anew. A ``MapDataset`` has a length
 (batches per epoch); an ``IterDataset`` or ``DataLoader`` ends an epoch when exhausted. Dict
 elements (``{"image": ..., "label": ...}``) are rejected with the one-line ``map`` to
-``(x, y)``. With several processes, shard the data source per process
-(``grain.sharding.ShardByJaxProcess``) and use ``distribute_datasets_from_function``.
+``(x, y)``. A grain source here gives every process the whole global batch; for one
+pipeline per process, shard the data source (``grain.sharding.ShardByJaxProcess``) inside a
+``dataset_fn`` and pass ``strategy.distribute_datasets_from_function(dataset_fn)`` to ``fit``
+(``distributed_dataset_adapter``).
 """
 
 from __future__ import annotations

@@ -58,11 +58,15 @@ class IterableDataAdapter:
         items: ``(epoch, start_step) -> iterator`` of the epoch's items from ``start_step``
             on, for sources that open epochs their own way; default: ``iter(data)``.
         kind: how the source is named in messages (``"generator"``, ``"grain dataset"``).
+        local_rows: whether each item is this process's rows of the global batch (one input
+            pipeline per process), padded to a multiple of ``num_replicas`` (then the local
+            replica count) and placed with `DeviceMesh.shard_local_batch`.
     """
 
     def __init__(self, data: Iterable, *, steps_per_epoch: int | None, num_replicas: int,
                  with_targets: bool = True, class_weight: Mapping[int, float] | None = None,
-                 items: Callable[[int, int], Iterator] | None = None, kind: str = "iterable"):
+                 items: Callable[[int, int], Iterator] | None = None, kind: str = "iterable",
+                 local_rows: bool = False):
         self._data = data
         self._items = items
         self._iterator = None
@@ -75,6 +79,7 @@ class IterableDataAdapter:
         self.with_targets = with_targets
         self.class_weight = class_weight
         self.kind = kind
+        self.local_rows = local_rows
         self.padded_batch_size: int | None = None  # fixed by the first batch
         self._full_rows: int | None = None  # rows of the first batch, and its mask, which
         self._full_mask: np.ndarray | None = None  # every batch of that size shares
