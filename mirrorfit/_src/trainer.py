@@ -346,6 +346,7 @@ class Trainer:
         predict_fn = None
         in_flight = InFlight()
         outputs = []
+        masks: list[Any] = [None, None]  # (device mask, host copy): full batches share one
         step = -1
         batches = prefetch(place_batches(data.batches(0), self.strategy, local=data.local_rows),
                            self.prefetch)
@@ -357,20 +358,24 @@ class Trainer:
                 callbacks.on_predict_batch_begin(step)
                 ready = in_flight.push((predict_fn(model.state, batch), batch.mask))
                 if ready is not None:
-                    outputs.append(self._to_host(*ready))
+                    outputs.append(self._to_host(*ready, masks))
                     callbacks.on_predict_batch_end(step - 1)
         if step < 0:
             _first(iter(()), data)
-        outputs.append(self._to_host(*in_flight.push(None)))
+        outputs.append(self._to_host(*in_flight.push(None), masks))
         callbacks.on_predict_batch_end(step)
         callbacks.on_predict_end()
         return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
 
-    def _to_host(self, y_pred, mask):
+    def _to_host(self, y_pred, mask, masks: list[Any]):
         # All rows on every process: several processes all-gather them, and the mask, which
         # marks the padding (in the middle of the batch when each process placed its rows).
-        y_pred, mask = self.strategy.fetch((y_pred, mask))
-        return jax.tree.map(lambda a: a[mask], y_pred)
+        # One process fetches the mask once per distinct array (`masks` caches the last one);
+        # several always fetch it, since the all-gather is collective and the processes'
+        # masks need not repeat at the same batches.
+        if mask is not masks[0] or jax.process_count() > 1:
+            masks[:] = mask, self.strategy.fetch(mask)
+        return jax.tree.map(lambda a: a[masks[1]], self.strategy.fetch(y_pred))
 
 
 def _first(batches, data) -> Batch:
