@@ -94,9 +94,9 @@ POLICY = "mixed_bfloat16"  # every mirrorfit and Keras case; the hand-written lo
 def settings(quick: bool) -> dict:
     """The run's sizes: ResNet-18 and GPT-2 small on a GPU, or tiny ones for smoke tests."""
     if quick:
-        return {"resnet": {"width": 4, "stage_blocks": [1, 1], "n": 64, "batches": [16],
+        return {"resnet": {"width": 4, "stage_blocks": [1], "n": 48, "batches": [16],
                            "spe": 2, "fused": False, "verbose0": False},
-                "lm": {"vocab": 128, "seq": 32, "layers": 2, "d_model": 64, "heads": 4, "n": 48,
+                "lm": {"vocab": 64, "seq": 16, "layers": 1, "d_model": 32, "heads": 2, "n": 40,
                        "batch": 8},
                 "rounds": 1, "target_seconds": 0.05, "matmul_n": 128}
     return {"resnet": {"width": 64, "stage_blocks": [2, 2, 2, 2], "n": 65_536,
