@@ -24,10 +24,13 @@ class MirrorfitRunner:
         steps_per_execution: train steps fused per device call.
         from_logits: whether the model outputs logits (else probabilities).
         verbose: the ``verbose`` argument of every call (1: progress bar).
+        dtype_policy: the model's ``dtype_policy`` (e.g. ``"mixed_bfloat16"``).
+        metrics: the compiled metrics (``[]`` for the language model: loss only).
     """
 
     def __init__(self, workload: Workload, num_devices: int, batch_size: int, mode: str,
-                 steps_per_execution: int = 1, from_logits: bool = False, verbose: int = 1):
+                 steps_per_execution: int = 1, from_logits: bool = False, verbose: int = 1,
+                 dtype_policy: str = "float32", metrics: tuple = ("accuracy",)):
         import mirrorfit as mf
 
         self.batch_size = batch_size
@@ -35,9 +38,10 @@ class MirrorfitRunner:
         self.verbose = verbose
         strategy = mf.MirroredStrategy(devices=jax.devices()[:num_devices])
         with strategy.scope():
-            self.model = mf.Model(workload.module, input_shape=workload.input_shape)
+            self.model = mf.Model(workload.module, input_shape=workload.input_shape,
+                                  input_dtype=workload.input_dtype, dtype_policy=dtype_policy)
             self.model.compile(
-                optimizer="adam", metrics=["accuracy"], steps_per_execution=steps_per_execution,
+                optimizer="adam", metrics=list(metrics), steps_per_execution=steps_per_execution,
                 loss=mf.losses.SparseCategoricalCrossentropy(from_logits=from_logits))
 
     def run(self, x: np.ndarray, y: np.ndarray, repeats: int) -> int:

@@ -1,32 +1,56 @@
-"""mirrorfit on one accelerator: ResNet-18 in bf16, `fit` against the hand-written loop, with MFU.
+"""mirrorfit on one accelerator, bf16 through the dtype policy: ResNet-18 and a GPT-2-small-sized
+language model, ``fit`` against the hand-written loop and against Keras 3, with MFU.
 
 Usage (on the GPU machine, from the checkout)::
 
-    PYTHONPATH=. python benchmarks/gpu.py --out DIR   # ResNet-18, 32x32x3, global batch 256 and 1024
-    python benchmarks/gpu.py --quick --out DIR        # tiny smoke run on any backend, no fused cases
+    PYTHONPATH=. python benchmarks/gpu.py --out DIR   # the full run (about 15 minutes)
+    python benchmarks/gpu.py --quick --out DIR        # tiny smoke run on any backend
 
-Unlike ``run.py`` (many simulated CPU devices, one subprocess per case), every case here runs in
-one process on the default backend, because each ResNet-18 compilation costs tens of seconds of
-accelerator time. Per global batch size, it builds the cases (``handwritten``: the
-``jit(shard_map)`` loop of ``handwritten.BatchNormTrainer``; ``mirrorfit_fit``: ``model.fit``
-with the defaults a user gets, progress bar and accuracy metric; ``mirrorfit_fit_verbose0``: the
-same without the progress bar; and at the first batch size the
-``steps_per_execution`` pair, ``handwritten_fused`` and ``mirrorfit_fit_spe``), warms each up on
-a slice ending in a partial batch (compilation; counted), calibrates epochs per repeat on the
-hand-written loop, then times the cases in interleaved rounds.
+Keras 3 needs wheels carried to the machine (``benchmarks/keras_wheels.sh`` downloads them
+into ``.peer-wheels/``; see ``venvs.offline_keras_python``); without them its cases are
+reported as ``unavailable`` and the rest runs.
 
-Reported per case: examples/s (median over rounds, spread), the ratio to the matching
-hand-written loop, and model FLOPs utilization::
+Every mirrorfit and hand-written case runs in this process on the default backend (each
+ResNet-18 or LM compilation costs tens of seconds). The models are float32 Flax modules
+(``workloads.ResNet18``, ``workloads.DecoderLM``); bf16 compute comes from
+``mf.Model(..., dtype_policy="mixed_bfloat16")`` in the mirrorfit cases and from the same casts
+written by hand in the hand-written loops (``handwritten.BatchNormTrainer`` and ``LMTrainer``
+with ``compute_dtype=bfloat16``: params and floating inputs cast to bf16 inside the step,
+logits back to float32 before the loss; master params, BatchNorm statistics and Adam state
+float32). The cases:
 
-    MFU = 3 * (forward FLOPs per example) * examples/s / measured bf16 matmul peak
+* ResNet-18 (32x32x3 random images, global batch 256 and 1024): ``handwritten`` (the
+  ``jit(shard_map)`` loop); ``mirrorfit_fit`` (``model.fit`` with the defaults a user gets,
+  progress bar and accuracy metric); ``mirrorfit_fit_verbose0`` (no progress bar); at the
+  first batch size ``handwritten_fused`` and ``mirrorfit_fit_spe`` (32 steps per call); and
+  ``keras3_fit``.
+* The decoder LM (GPT-2 small: 12 layers, d_model 768, 12 heads, vocabulary 50,304, sequence
+  1024, tied output; random tokens, targets shifted by one; global batch 32 sequences):
+  ``handwritten``, ``mirrorfit_fit`` (loss only, progress bar) and ``keras3_fit``. Causal
+  attention is ``jax.nn.dot_product_attention(is_causal=True)`` with the cuDNN
+  implementation on a GPU (XLA's elsewhere).
 
-The forward FLOPs are counted on the model's jaxpr: ``2 * M * N * K`` per ``dot_general`` and
-``2 * output elements * input channels per group * kernel window`` per convolution; the
-backward pass is counted as twice the forward (the usual convention: gradients with respect to
-activations and to weights), so elementwise work, BatchNorm and the optimizer are not counted.
+Each case warms up on a slice ending in a partial batch (compilation; counted); the
+hand-written loop calibrates the epochs per repeat; then the cases are timed in interleaved
+rounds. The Keras 3 cases run first, each in its own process (``keras_gpu.py``; Keras is never
+imported here), before this process touches the device, so they have all its memory; they
+calibrate their own epochs per repeat.
+
+Reported per case: examples/s (tokens/s for the LM; median over rounds, spread), the ratio to
+the matching hand-written loop, ``mirrorfit_fit`` over ``keras3_fit``, and model FLOPs
+utilization, ``MFU = train FLOPs per example * examples/s / measured bf16 matmul peak``:
+
+* ResNet-18: ``3 *`` the forward pass's FLOPs counted on the jaxpr (``2 * M * N * K`` per
+  ``dot_general``, ``2 * output elements * input channels per group * kernel window`` per
+  convolution; the backward pass counted as twice the forward; elementwise work, BatchNorm
+  and the optimizer not counted);
+* the LM: ``6 N + 12 L H Q T`` FLOPs per token (PaLM, appendix B; nanoGPT's
+  ``estimate_mfu``), ``N`` = every param except the position embedding (the tied token
+  embedding counted once, for the output matmul), ``L`` layers, ``H`` heads, ``Q`` head size,
+  ``T`` sequence length; the attention term is not halved for the causal mask.
+
 The peak is the median rate of an ``N x N @ N x N`` bf16 matmul (N = 8192) on the same device
-in the same run. Writes
-``<device>-<date>.json`` and ``.md`` to ``--out`` and prints the table.
+in the same run. Writes ``<device>-<date>.json`` and ``.md`` to ``--out`` and prints the tables.
 """
 
 import argparse
@@ -34,10 +58,13 @@ import datetime
 import functools
 import gc
 import importlib.metadata
+import json
+import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,22 +78,31 @@ import numpy as np  # noqa: E402
 from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
 import handwritten  # noqa: E402
+import venvs  # noqa: E402
 from frameworks import MirrorfitRunner  # noqa: E402
 from run import write_report  # noqa: E402
 from _worker import CompileCounter  # noqa: E402
-from synthetic import make_data  # noqa: E402
-from workloads import ResNet18, Workload  # noqa: E402
+from synthetic import make_data, make_tokens  # noqa: E402
+from workloads import (DecoderLM, ResNet18, Workload, lm_params_for_mfu,  # noqa: E402
+                       lm_train_flops_per_token)
 
 REFERENCE = {"mirrorfit_fit": "handwritten", "mirrorfit_fit_verbose0": "handwritten",
              "mirrorfit_fit_spe": "handwritten_fused"}
+POLICY = "mixed_bfloat16"  # every mirrorfit and Keras case; the hand-written loops cast to bf16
 
 
 def settings(quick: bool) -> dict:
-    """The run's sizes: full ResNet-18 on a GPU, or a tiny one for smoke tests."""
+    """The run's sizes: ResNet-18 and GPT-2 small on a GPU, or tiny ones for smoke tests."""
     if quick:
-        return {"width": 4, "n": 256, "batches": [32], "spe": 4, "fused": False, "rounds": 1,
-                "target_seconds": 0.1, "matmul_n": 256}
-    return {"width": 64, "n": 65_536, "batches": [256, 1024], "spe": 32, "fused": True,
+        return {"resnet": {"width": 4, "stage_blocks": [1], "n": 48, "batches": [16],
+                           "spe": 2, "fused": False, "verbose0": False},
+                "lm": {"vocab": 64, "seq": 16, "layers": 1, "d_model": 32, "heads": 2, "n": 40,
+                       "batch": 8},
+                "rounds": 1, "target_seconds": 0.05, "matmul_n": 128}
+    return {"resnet": {"width": 64, "stage_blocks": [2, 2, 2, 2], "n": 65_536,
+                       "batches": [256, 1024], "spe": 32, "fused": True, "verbose0": True},
+            "lm": {"vocab": 50_304, "seq": 1024, "layers": 12, "d_model": 768, "heads": 12,
+                   "n": 1024, "batch": 32},
             "rounds": 5, "target_seconds": 2.0, "matmul_n": 8192}
 
 
@@ -121,33 +157,34 @@ def train_flops_per_example(workload: Workload) -> float:
     return 3 * _matmul_flops(forward.jaxpr)
 
 
-def measure_batch(workload: Workload, x, y, batch: int, cfg: dict, fused: bool,
-                  counter: CompileCounter, peak: float) -> list[dict]:
-    """All cases at one global batch size, timed in interleaved rounds."""
-    devices = len(jax.devices())
-    mesh = handwritten.make_mesh(devices)
-    fit = functools.partial(MirrorfitRunner, workload, devices, batch, "fit", from_logits=True)
-    cases = {"handwritten": handwritten.BatchNormTrainer(workload, mesh, batch),
-             "mirrorfit_fit": fit(), "mirrorfit_fit_verbose0": fit(verbose=0)}
-    if fused:
-        k = cfg["spe"]
-        cases["handwritten_fused"] = handwritten.BatchNormTrainer(workload, mesh, batch, k)
-        cases["mirrorfit_fit_spe"] = fit(steps_per_execution=k)
-    flops_per_example = train_flops_per_example(workload)
+def time_cases(cases: dict, x, y, batch: int, unit: int, cfg: dict, counter: CompileCounter,
+               flops_per_example: float, peak: float, tag: str) -> list[dict]:
+    """Warms up, calibrates on ``cases["handwritten"]`` and times ``cases`` in interleaved rounds.
+
+    Args:
+        cases: case name -> runner (``run(x, y, epochs) -> examples``); fused cases' names end
+            in ``"fused"`` or ``"spe"``.
+        x, y: the data set, ``[n, ...]`` each.
+        batch: global batch size.
+        unit: timed rows are a multiple of it (whole device calls for every case).
+        flops_per_example: train FLOPs per example, for TFLOP/s and MFU.
+        peak: measured bf16 matmul FLOP/s.
+        tag: the workload's name in the rows (``"resnet18"`` or ``"lm"``).
+    """
     rows = {}
     for name, runner in cases.items():  # warm-up: compilation, ending in a partial batch
-        counter.phase = f"{batch}/{name}"
-        steps = cfg["spe"] + 1 if name.endswith(("fused", "spe")) else 3
+        counter.phase = f"{tag}/{batch}/{name}"
+        steps = cfg["resnet"]["spe"] + 1 if name.endswith(("fused", "spe")) else 3
         start = time.perf_counter()
         runner.run(x[:steps * batch + batch // 2], y[:steps * batch + batch // 2], 1)
-        rows[name] = {"case": name, "batch": batch, "first_call_s": time.perf_counter() - start,
+        rows[name] = {"model": tag, "case": name, "batch": batch, "status": "ok",
+                      "first_call_s": time.perf_counter() - start,
                       "compiles": counter.stats(counter.phase), "examples_per_s_all": []}
-    unit = cfg["spe"] * batch  # timed rows: whole groups, so no case has a partial batch
     rows_timed = len(x) // unit * unit
     start = time.perf_counter()
     cases["handwritten"].run(x[:rows_timed], y[:rows_timed], 1)
     epochs = max(1, round(cfg["target_seconds"] / (time.perf_counter() - start)))
-    counter.phase = f"{batch}/timed"
+    counter.phase = f"{tag}/{batch}/timed"
     for _ in range(cfg["rounds"]):
         for name, runner in cases.items():
             start = time.perf_counter()
@@ -155,25 +192,141 @@ def measure_batch(workload: Workload, x, y, batch: int, cfg: dict, fused: bool,
             rows[name]["examples_per_s_all"].append(examples / (time.perf_counter() - start))
     later_compiles = counter.stats(counter.phase)["count"]
     for name, row in rows.items():
-        rates = row.pop("examples_per_s_all")
-        median = statistics.median(rates)
         row.update(rows_per_repeat=rows_timed, epochs_per_repeat=epochs,
-                   examples_per_s={"median": median, "min": min(rates), "max": max(rates),
-                                   "repeats": len(rates)},
-                   flops_per_example=flops_per_example,
-                   tflops_per_s=flops_per_example * median / 1e12,
-                   mfu=flops_per_example * median / peak,
-                   compiles_during_timed_rounds=later_compiles)
-        ref = REFERENCE.get(name)
-        if ref in rows:
-            row["reference"] = ref
-    for row in rows.values():
-        if "reference" in row:
-            ref = rows[row["reference"]]["examples_per_s"]["median"]
-            row["ratio"] = row["examples_per_s"]["median"] / ref
+                   compiles_during_timed_rounds=later_compiles,
+                   **rates(row.pop("examples_per_s_all"), flops_per_example, peak))
+        if REFERENCE.get(name) in rows:
+            row["reference"] = REFERENCE[name]
+            row["ratio"] = (row["examples_per_s"]["median"]
+                            / rows[REFERENCE[name]]["examples_per_s"]["median"])
+    return list(rows.values())
+
+
+def rates(examples_per_s: list[float], flops_per_example: float, peak: float) -> dict:
+    """Median, spread, TFLOP/s and MFU of one case's per-round rates."""
+    median = statistics.median(examples_per_s)
+    return {"examples_per_s": {"median": median, "min": min(examples_per_s),
+                               "max": max(examples_per_s), "repeats": len(examples_per_s)},
+            "flops_per_example": flops_per_example,
+            "tflops_per_s": flops_per_example * median / 1e12,
+            "mfu": flops_per_example * median / peak}
+
+
+def resnet_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
+    """The ResNet-18 cases at every global batch size."""
+    rc = cfg["resnet"]
+    workload = Workload(ResNet18(rc["width"], tuple(rc["stage_blocks"])), (32, 32, 3))
+    x, y = make_data(workload.input_shape, rc["n"])
+    devices = len(jax.devices())
+    mesh = handwritten.make_mesh(devices)
+    flops = train_flops_per_example(workload)
+    rows = []
+    for i, batch in enumerate(rc["batches"]):
+        fit = functools.partial(MirrorfitRunner, workload, devices, batch, "fit",
+                                from_logits=True, dtype_policy=POLICY)
+        hand = functools.partial(handwritten.BatchNormTrainer, workload, mesh, batch,
+                                 compute_dtype=jnp.bfloat16)
+        cases = {"handwritten": hand(), "mirrorfit_fit": fit()}
+        if rc["verbose0"]:
+            cases["mirrorfit_fit_verbose0"] = fit(verbose=0)
+        fused = rc["fused"] and i == 0
+        if fused:
+            cases["handwritten_fused"] = hand(steps_per_call=rc["spe"])
+            cases["mirrorfit_fit_spe"] = fit(steps_per_execution=rc["spe"])
+        unit = rc["spe"] * batch if fused else batch
+        rows += time_cases(cases, x, y, batch, unit, cfg, counter, flops, peak, "resnet18")
+        del cases
+        gc.collect()
+    return rows
+
+
+def lm_module(cfg: dict) -> DecoderLM:
+    """The decoder LM of ``cfg``; cuDNN attention on a GPU, XLA's elsewhere."""
+    lc = cfg["lm"]
+    attention = "cudnn" if jax.default_backend() == "gpu" else None
+    return DecoderLM(lc["vocab"], lc["seq"], lc["layers"], lc["d_model"], lc["heads"], attention)
+
+
+def lm_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
+    """The language model's cases, with tokens/s."""
+    lc = cfg["lm"]
+    module = lm_module(cfg)
+    workload = Workload(module, (lc["seq"],), jnp.int32)
+    x, y = make_tokens(lc["n"], lc["seq"], lc["vocab"])
+    devices, batch = len(jax.devices()), lc["batch"]
+    cases = {"handwritten": handwritten.LMTrainer(workload, handwritten.make_mesh(devices), batch,
+                                                  compute_dtype=jnp.bfloat16),
+             "mirrorfit_fit": MirrorfitRunner(workload, devices, batch, "fit", from_logits=True,
+                                              dtype_policy=POLICY, metrics=())}
+    flops = lc["seq"] * lm_train_flops_per_token(module)
+    rows = time_cases(cases, x, y, batch, batch, cfg, counter, flops, peak, "lm")
     del cases
     gc.collect()
-    return list(rows.values())
+    return rows
+
+
+def keras_specs(cfg: dict) -> list[dict]:
+    """One ``keras_gpu.py`` spec per Keras 3 case, with the mirrorfit cases' sizes."""
+    rc, lc = cfg["resnet"], cfg["lm"]
+    specs = []
+    for i, batch in enumerate(rc["batches"]):
+        unit = rc["spe"] * batch if rc["fused"] and i == 0 else batch
+        specs.append({"model": "resnet18", "batch": batch, "n": rc["n"],
+                      "arch": {"width": rc["width"], "stage_blocks": rc["stage_blocks"]},
+                      "warm_rows": 3 * batch + batch // 2, "rows": rc["n"] // unit * unit})
+    specs.append({"model": "lm", "batch": lc["batch"], "n": lc["n"],
+                  "arch": {k: lc[k] for k in ("vocab", "seq", "layers", "d_model", "heads")},
+                  "warm_rows": 3 * lc["batch"] + lc["batch"] // 2,
+                  "rows": lc["n"] // lc["batch"] * lc["batch"]})
+    for spec in specs:
+        spec.update(rounds=cfg["rounds"], target_seconds=cfg["target_seconds"])
+    return specs
+
+
+def run_keras(specs: list[dict], python: str | None, reason: str) -> list[dict]:
+    """Runs each spec in a ``keras_gpu.py`` subprocess; returns ``{"spec", "status", ...}``.
+
+    A failed process gives ``status = "crashed: <last stderr lines>"``; no Keras interpreter
+    gives ``"unavailable: <reason>"`` for every spec. Never raises for a Keras failure.
+    """
+    results = []
+    env = dict(os.environ, KERAS_BACKEND="jax",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE),
+                                                        os.environ.get("PYTHONPATH")])))
+    for spec in specs:
+        if python is None:
+            results.append({"spec": spec, "status": f"unavailable: {reason}"})
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp) / "result.json"
+            cmd = [python, str(HERE / "keras_gpu.py"), "--spec", json.dumps(spec),
+                   "--result", str(result)]
+            print(f"keras3 {spec['model']} batch {spec['batch']}", file=sys.stderr, flush=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode or not result.exists():
+                tail = " | ".join(proc.stderr.strip().splitlines()[-5:])[-800:]
+                results.append({"spec": spec, "status": f"crashed: {tail}"})
+            else:
+                results.append({"spec": spec, **json.loads(result.read_text())})
+    return results
+
+
+def keras_rows(results: list[dict], rows: list[dict], cfg: dict, peak: float) -> list[dict]:
+    """The Keras 3 rows, and ``vs_keras3`` (mirrorfit ``fit`` / Keras 3 ``fit``) on ``rows``."""
+    out = []
+    for result in results:
+        spec = result.pop("spec")
+        tag = spec["model"]
+        fit = next(r for r in rows if (r["model"], r["batch"], r["case"])
+                   == (tag, spec["batch"], "mirrorfit_fit"))
+        row = {"model": tag, "case": "keras3_fit", "batch": spec["batch"]}
+        row.update(result)
+        if result["status"] == "ok":
+            row.update(rates(row.pop("examples_per_s"), fit["flops_per_example"], peak))
+            fit["vs_keras3"] = (fit["examples_per_s"]["median"]
+                                / row["examples_per_s"]["median"])
+        out.append(row)
+    return out
 
 
 def machine() -> dict:
@@ -187,45 +340,68 @@ def machine() -> dict:
             "optax": importlib.metadata.version("optax"), "mirrorfit_commit": git or "unknown"}
 
 
+def _row(r: dict, per: int) -> str:
+    """One markdown table row; ``per``: the rate multiplier (sequence length for tokens/s)."""
+    if r["status"] != "ok":
+        return f"| {r['batch']} | {r['case']} | {r['status'][:200]} | | | | | | | |"
+    e = r["examples_per_s"]
+    ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "—"
+    keras = f"{r['vs_keras3']:.2f}x" if "vs_keras3" in r else "—"
+    compiles = r["compiles"]["count"] if "compiles" in r else "—"
+    return (f"| {r['batch']} | {r['case']} | {e['median'] * per:,.0f} | {e['min'] * per:,.0f}–"
+            f"{e['max'] * per:,.0f} | {ratio} | {keras} | {r['tflops_per_s']:.1f} | "
+            f"{r['mfu']:.1%} | {r['first_call_s']:.1f} | {compiles} |")
+
+
 def markdown(report: dict) -> str:
     m, cfg = report["machine"], report["settings"]
+    rc, lc = cfg["resnet"], cfg["lm"]
+    head = ("| batch | case | {unit} | spread | vs hand-written | mirrorfit fit vs Keras 3 | "
+            "TFLOP/s | MFU | first call s | compiles in first call |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
     lines = [f"# mirrorfit on one accelerator, {report['date']}, {m['device']}", "",
              f"{m['devices']} × {m['device']}, Python {m['python']}, jax {m['jax']}, flax "
-             f"{m['flax']}, optax {m['optax']}, mirrorfit {m['mirrorfit_commit']}. ResNet-18 "
-             f"(width {cfg['width']}) on {cfg['n']:,} random 32×32×3 images, bf16 compute, Adam. "
-             f"Measured bf16 matmul peak: {report['matmul_peak_tflops']:.0f} TFLOP/s "
-             f"({cfg['matmul_n']}³). {cfg['rounds']} interleaved rounds; median and min–max.", "",
-             "| batch | case | examples/s | spread | vs hand-written | TFLOP/s | MFU | "
-             "first call s | compiles in first call |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        e = r["examples_per_s"]
-        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "—"
-        lines.append(f"| {r['batch']} | {r['case']} | {e['median']:,.0f} | {e['min']:,.0f}–"
-                     f"{e['max']:,.0f} | {ratio} | {r['tflops_per_s']:.1f} | {r['mfu']:.1%} | "
-                     f"{r['first_call_s']:.1f} | {r['compiles']['count']} |")
+             f"{m['flax']}, optax {m['optax']}, mirrorfit {m['mirrorfit_commit']}. bf16 through "
+             f"`dtype_policy=\"{POLICY}\"` (hand-written: the same casts), Adam. Measured bf16 "
+             f"matmul peak: {report['matmul_peak_tflops']:.0f} TFLOP/s ({cfg['matmul_n']}³). "
+             f"{cfg['rounds']} interleaved rounds; median and min–max. Keras 3 cases run in "
+             "their own process, before the others.", "",
+             f"## ResNet-18 (width {rc['width']}, blocks {rc['stage_blocks']}), "
+             f"{rc['n']:,} random 32×32×3 images", "", head.format(unit="examples/s"), rule]
+    lines += [_row(r, 1) for r in report["results"] if r["model"] == "resnet18"]
+    lines += ["", f"## Decoder LM ({report['lm_params'] / 1e6:.1f}M params for MFU, "
+              f"{lc['layers']} layers, d_model {lc['d_model']}, {lc['heads']} heads, vocab "
+              f"{lc['vocab']:,}, sequence {lc['seq']}, tied output), {lc['n']:,} random "
+              f"sequences, attention: {report['lm_attention']}", "",
+              head.format(unit="tokens/s"), rule]
+    lines += [_row(r, lc["seq"]) for r in report["results"] if r["model"] == "lm"]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> Path:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny ResNet, for smoke tests")
+    p.add_argument("--quick", action="store_true", help="tiny models, for smoke tests")
     p.add_argument("--out", type=Path, default=HERE / "results", help="output directory")
+    p.add_argument("--keras-wheels", type=Path, default=HERE.parent / ".peer-wheels",
+                   help="wheels from keras_wheels.sh, for a Keras venv made offline")
+    p.add_argument("--keras-venv", type=Path, default=HERE.parent / ".peer-venv" / "keras3",
+                   help="where that venv is made (reused when ready)")
     args = p.parse_args(argv)
     cfg = settings(args.quick)
+    # Keras first, in its own processes, while this one has not touched the device.
+    python, reason = venvs.offline_keras_python(args.keras_venv, args.keras_wheels)
+    keras_results = run_keras(keras_specs(cfg), python, reason)
     counter = CompileCounter()
     info = machine()
     peak = matmul_peak(cfg["matmul_n"])
     print(f"bf16 matmul peak: {peak / 1e12:.1f} TFLOP/s", file=sys.stderr)
-    workload = Workload(ResNet18(width=cfg["width"]), (32, 32, 3))
-    x, y = make_data(workload.input_shape, cfg["n"])
-    results = []
-    for i, batch in enumerate(cfg["batches"]):
-        results += measure_batch(workload, x, y, batch, cfg, fused=cfg["fused"] and i == 0,
-                                 counter=counter,
-                                 peak=peak)
+    results = resnet_rows(cfg, counter, peak) + lm_rows(cfg, counter, peak)
+    results += keras_rows(keras_results, results, cfg, peak)
+    module = lm_module(cfg)
     report = {"machine": info, "date": datetime.date.today().isoformat(), "quick": args.quick,
-              "settings": cfg, "matmul_peak_tflops": peak / 1e12, "results": results}
+              "settings": cfg, "matmul_peak_tflops": peak / 1e12,
+              "lm_params": lm_params_for_mfu(module),
+              "lm_attention": module.attention or "xla", "results": results}
     return write_report(report, args.out, markdown(report))
 
 

@@ -95,7 +95,7 @@ class Trainer:
         """One call's rows ``[rows, ...]`` as sharded device arrays, stacked per step if fused."""
         if self.steps_per_call > 1:
             x = x.reshape(self.steps_per_call, self.batch_size, *x.shape[1:])
-            y = y.reshape(self.steps_per_call, self.batch_size)
+            y = y.reshape(self.steps_per_call, self.batch_size, *y.shape[1:])
         return (jax.make_array_from_process_local_data(self.data_sharding, x),
                 jax.make_array_from_process_local_data(self.data_sharding, y))
 
@@ -249,6 +249,11 @@ class Predictor(_Inference):
         return passes * len(x)
 
 
+def _cast_floating(tree, dtype):
+    return jax.tree.map(lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+                        tree)
+
+
 class BatchNormTrainer(Trainer):
     """Hand-written training loop for a module with BatchNorm that returns logits (the GPU workload).
 
@@ -256,15 +261,48 @@ class BatchNormTrainer(Trainer):
     calls in flight; ``steps_per_call > 1`` scans over stacked batches), with the ``batch_stats``
     collection carried and ``pmean``-ed like the gradients, and
     ``optax.softmax_cross_entropy_with_integer_labels`` on float32 logits as the loss.
+
+    With ``compute_dtype`` (e.g. ``jnp.bfloat16``) it does by hand what
+    ``dtype_policy="mixed_bfloat16"`` does in ``mirrorfit``: inside the step, the float32 params
+    and the floating inputs are cast to ``compute_dtype`` before the forward pass, the logits
+    cast back to float32 before the loss, and the ``batch_stats`` kept float32; the gradients
+    (of the float32 params, through the casts) and the Adam state stay float32.
+
+    Args:
+        workload, mesh, batch_size, steps_per_call, seed: as `Trainer`.
+        compute_dtype: the forward pass's dtype; ``None``: the params' own (float32).
     """
+
+    def __init__(self, workload: Workload, mesh: Mesh, batch_size: int, steps_per_call: int = 1,
+                 seed: int = 0, compute_dtype=None):
+        self.compute_dtype = compute_dtype
+        super().__init__(workload, mesh, batch_size, steps_per_call, seed)
+
+    def _forward(self, apply_fn):
+        """``apply_fn`` under the policy: params and floating inputs cast in, outputs out."""
+        if self.compute_dtype is None:
+            return apply_fn
+
+        def forward(variables, x, **kwargs):
+            cast = {k: v if k == "batch_stats" else _cast_floating(v, self.compute_dtype)
+                    for k, v in variables.items()}
+            out = apply_fn(cast, _cast_floating(x, self.compute_dtype), **kwargs)
+            if isinstance(out, tuple):  # (logits, mutated collections)
+                logits, updates = out
+                return logits.astype(jnp.float32), jax.tree.map(
+                    lambda new, old: new.astype(old.dtype), updates,
+                    {k: variables[k] for k in updates})
+            return out.astype(jnp.float32)
+
+        return forward
 
     def _init(self, workload: Workload, mesh: Mesh, tx, seed: int):
         """Replicated ``(params, batch_stats, opt_state)`` and the step that carries them."""
-        dummy = jnp.zeros((1, *workload.input_shape), jnp.float32)
+        dummy = jnp.zeros((1, *workload.input_shape), workload.input_dtype)
         variables = workload.module.init(jax.random.key(seed), dummy, train=False)
         state = jax.device_put((variables["params"], variables["batch_stats"],
                                 tx.init(variables["params"])), NamedSharding(mesh, P()))
-        apply_fn = workload.module.apply
+        apply_fn = self._forward(workload.module.apply)
 
         def one_step(state, batch):
             params, batch_stats, opt_state = state
@@ -280,5 +318,37 @@ class BatchNormTrainer(Trainer):
             grads, batch_stats, loss = lax.pmean((grads, batch_stats, loss), AXIS)
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+
+        return state, one_step
+
+
+class LMTrainer(BatchNormTrainer):
+    """Hand-written training loop for a language model (the GPU benchmark's `DecoderLM`).
+
+    The same loop and policy casts as `BatchNormTrainer`, for a module with params only:
+    tokens ``[batch, seq]`` in, logits ``[batch, seq, vocab]`` out, and the loss
+    ``optax.softmax_cross_entropy_with_integer_labels`` on float32 logits, averaged over every
+    token of the per-replica batch, then ``lax.pmean``-ed with the gradients.
+    """
+
+    def _init(self, workload: Workload, mesh: Mesh, tx, seed: int):
+        """Replicated ``(params, opt_state)`` and the step that carries them."""
+        dummy = jnp.zeros((1, *workload.input_shape), workload.input_dtype)
+        params = workload.module.init(jax.random.key(seed), dummy)["params"]
+        state = jax.device_put((params, tx.init(params)), NamedSharding(mesh, P()))
+        apply_fn = self._forward(workload.module.apply)
+
+        def one_step(state, batch):
+            params, opt_state = state
+            tokens, targets = batch
+
+            def loss_fn(p):
+                logits = apply_fn({"params": p}, tokens)
+                return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+            loss, grads = jax.value_and_grad(loss_fn)(params)
+            grads, loss = lax.pmean((grads, loss), AXIS)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
 
         return state, one_step

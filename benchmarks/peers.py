@@ -90,3 +90,79 @@ class KerasRunner:
         """
         self.model.fit(x, y, batch_size=self.batch_size, epochs=repeats, verbose=1)
         return repeats * len(x)
+
+
+def keras_resnet18(keras, width: int = 64, stage_blocks: tuple = (2, 2, 2, 2)):
+    """``workloads.ResNet18`` in Keras layers: ``[batch, 32, 32, 3]`` -> logits ``[batch, 10]``.
+
+    Same layers and options as the Flax module: 3x3 stem, ``"same"`` padding, convolutions
+    without bias, BatchNorm with momentum 0.9 and epsilon 1e-5 (Flax's defaults, not Keras'
+    0.99 and 1e-3), a 1x1 projection shortcut where the shape changes, global average pooling
+    and a dense logits head.
+    """
+    layers = keras.layers
+
+    def conv(filters, size, strides=1):
+        return layers.Conv2D(filters, size, strides=strides, padding="same", use_bias=False)
+
+    def norm():
+        return layers.BatchNormalization(momentum=0.9, epsilon=1e-5)
+
+    inputs = keras.Input((32, 32, 3))
+    x = layers.ReLU()(norm()(conv(width, 3)(inputs)))
+    for stage, blocks in enumerate(stage_blocks):
+        filters = width * 2**stage
+        for block in range(blocks):
+            strides = 2 if stage > 0 and block == 0 else 1
+            y = layers.ReLU()(norm()(conv(filters, 3, strides)(x)))
+            y = norm()(conv(filters, 3)(y))
+            if strides != 1 or x.shape[-1] != filters:
+                x = norm()(conv(filters, 1, strides)(x))
+            x = layers.ReLU()(layers.Add()([x, y]))
+    return keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling2D()(x)))
+
+
+def keras_decoder_lm(keras, vocab: int, seq: int, layers: int, d_model: int, heads: int,
+                     flash_attention: bool):
+    """``workloads.DecoderLM`` in Keras: tokens ``[batch, seq]`` -> logits ``[batch, seq, vocab]``.
+
+    Token and position embeddings, pre-LayerNorm blocks (epsilon 1e-5) with a fused QKV
+    projection and ``keras.ops.dot_product_attention(..., is_causal=True)`` (on the JAX
+    backend, ``flash_attention=True`` calls ``jax.nn.dot_product_attention`` with
+    ``implementation="cudnn"``, as the Flax module on a GPU), a tanh-approximated GELU MLP of
+    width ``4 * d_model``, a final LayerNorm and the output tied to the token embedding.
+    """
+    ops, kl = keras.ops, keras.layers
+
+    class Block(kl.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.norm1, self.norm2 = kl.LayerNormalization(epsilon=1e-5), \
+                kl.LayerNormalization(epsilon=1e-5)
+            self.qkv, self.proj = kl.Dense(3 * d_model), kl.Dense(d_model)
+            self.fc, self.out = kl.Dense(4 * d_model), kl.Dense(d_model)
+
+        def call(self, x):
+            batch, length = ops.shape(x)[0], ops.shape(x)[1]
+            qkv = ops.reshape(self.qkv(self.norm1(x)), (batch, length, 3, heads, d_model // heads))
+            y = ops.dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2],
+                                          is_causal=True, flash_attention=flash_attention)
+            x = x + self.proj(ops.reshape(y, (batch, length, d_model)))
+            h = keras.activations.gelu(self.fc(self.norm2(x)), approximate=True)
+            return x + self.out(h)
+
+    class DecoderLM(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.wte, self.wpe = kl.Embedding(vocab, d_model), kl.Embedding(seq, d_model)
+            self.blocks = [Block() for _ in range(layers)]
+            self.norm = kl.LayerNormalization(epsilon=1e-5)
+
+        def call(self, tokens):
+            x = self.wte(tokens) + self.wpe(ops.arange(ops.shape(tokens)[1]))
+            for block in self.blocks:
+                x = block(x)
+            x = self.norm(x)  # the tied output layer, in the compute dtype as a Dense would be
+            return ops.matmul(x, ops.transpose(ops.cast(self.wte.embeddings, x.dtype)))
+
+    return DecoderLM()

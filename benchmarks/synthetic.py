@@ -25,3 +25,13 @@ def make_data(input_shape: tuple, n: int, seed: int = 0) -> tuple[np.ndarray, np
     x = rng.standard_normal((n, *input_shape), dtype=np.float32)
     y = rng.integers(0, 10, size=n, dtype=np.int32)
     return x, y
+
+
+def make_tokens(n: int, seq: int, vocab: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Returns uniform random int32 token inputs ``[n, seq]`` and their targets ``[n, seq]``.
+
+    The targets are the inputs shifted by one (next-token prediction): both are windows of
+    one ``[n, seq + 1]`` array.
+    """
+    tokens = np.random.default_rng(seed).integers(0, vocab, size=(n, seq + 1), dtype=np.int32)
+    return tokens[:, :-1], tokens[:, 1:]

@@ -6,10 +6,16 @@ NumPy and protobuf), so each peer gets its own virtualenv under a cache folder
 ``python -m venv`` and pip from the interpreter that runs ``run.py``. A venv is ready when its
 marker file lists exactly the pins below; otherwise ``ensure`` (re)installs them. Keras 3 gets
 the same ``jax``/``jaxlib`` version as mirrorfit's environment, so both run the same XLA.
+
+The GPU benchmark's machine has no registry access: `offline_keras_python` installs Keras from
+wheels downloaded beforehand (``benchmarks/keras_wheels.sh``) into a venv that sees the
+machine's own packages, so Keras runs on the preinstalled jax.
 """
 
 import importlib.metadata
+import importlib.util
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +82,54 @@ def ensure(root: Path, peer: str) -> tuple[Path | None, str]:
             return None, f"venv creation failed: {_tail(proc.stderr or proc.stdout)}"
     (venv / MARKER).write_text("\n".join(pins(peer)) + "\n")
     return python_of(root, peer), ""
+
+
+def offline_keras_python(venv: Path, wheels: Path) -> tuple[str | None, str]:
+    """An interpreter that can import Keras 3, for ``gpu.py``'s Keras cases, without the network.
+
+    In order: this interpreter, if Keras is importable (checked without importing it); the
+    venv at ``venv``, if an earlier call made it; else a new venv there, made with
+    ``--system-site-packages`` and a ``.pth`` file listing this interpreter's site-packages
+    (so it sees this environment's jax even when this one is itself a venv), into which
+    ``pip install --no-index --find-links wheels keras==...`` installs Keras and only the
+    dependencies not already installed.
+
+    Returns:
+        ``(python, "")``, or ``(None, reason)`` when there are no Keras wheels in ``wheels``
+        or the install failed (with the last lines pip printed).
+    """
+    if importlib.util.find_spec("keras") is not None:
+        return sys.executable, ""
+    keras_pin = pins("keras3")[0]
+    python = venv / "bin" / "python"
+    marker = venv / MARKER
+    if python.exists() and marker.exists() and marker.read_text().split() == [keras_pin]:
+        return str(python), ""
+    if not any(Path(wheels).glob("keras-*.whl")):
+        return None, (f"keras is not importable and {wheels} holds no keras wheel (run "
+                      "benchmarks/keras_wheels.sh where a registry can be reached)")
+    steps = [[sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+             [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+              str(wheels), keras_pin]]
+    for i, cmd in enumerate(steps):
+        print(f"  keras venv: {' '.join(cmd[-4:])}", file=sys.stderr, flush=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"keras venv creation timed out after {PIP_TIMEOUT_S} s"
+        if proc.returncode:
+            return None, f"keras venv creation failed: {_tail(proc.stderr or proc.stdout)}"
+        if i == 0:
+            _see_parent_packages(python)
+    marker.write_text(keras_pin + "\n")
+    return str(python), ""
+
+
+def _see_parent_packages(python: Path) -> None:
+    """Writes a ``.pth`` into the venv of ``python`` listing this interpreter's site-packages."""
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                              "print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    parent = [*site.getsitepackages(), site.getusersitepackages()]
+    Path(purelib, "mirrorfit-bench-parent.pth").write_text(
+        "\n".join(p for p in parent if os.path.isdir(p)) + "\n")

@@ -1,15 +1,19 @@
 """Benchmark workloads: the Flax modules, their input shapes and the random data sets.
 
 Every case (hand-written, mirrorfit, Keras) trains the same architecture on the same
-seeded data (``synthetic.make_data``), so throughputs within one run are comparable.
+seeded data (``synthetic.make_data``, ``synthetic.make_tokens``), so throughputs within one
+run are comparable. The GPU benchmark's models (`ResNet18`, `DecoderLM`) are float32 modules:
+bf16 compute comes from the dtype policy, or from the same casts in the hand-written loop;
+their Keras 3 twins are in ``peers.py``.
 """
 
-from typing import NamedTuple
-
 import functools
+from typing import Any, NamedTuple
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from synthetic import input_shape
 
@@ -29,17 +33,19 @@ class CNN(nn.Module):
 
 
 class BasicBlock(nn.Module):
-    """ResNet basic block: two 3x3 convolutions with BatchNorm and an identity (or 1x1) shortcut."""
+    """ResNet basic block: two 3x3 convolutions with BatchNorm and an identity (or 1x1) shortcut.
+
+    Computes in its inputs' and params' dtype (Flax's ``dtype=None``), so a dtype policy
+    decides: bf16 under ``"mixed_bfloat16"``, float32 otherwise.
+    """
 
     filters: int
     strides: int = 1
-    dtype: jnp.dtype = jnp.bfloat16
 
     @nn.compact
     def __call__(self, x, train: bool):
-        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
-        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
-                                 dtype=self.dtype)
+        conv = functools.partial(nn.Conv, use_bias=False)
+        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9)
         y = nn.relu(norm()(conv(self.filters, (3, 3), self.strides)(x)))
         y = norm()(conv(self.filters, (3, 3))(y))
         if x.shape != y.shape:
@@ -48,33 +54,113 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """ResNet-18 for 32x32 images (CIFAR variant: 3x3 stem, no max-pool), bf16 compute.
+    """ResNet-18 for 32x32 images (CIFAR variant: 3x3 stem, no max-pool).
 
-    Inputs ``[batch, 32, 32, 3]`` (any float dtype), outputs float32 logits ``[batch, 10]``.
-    Params are float32; convolutions and BatchNorm run in ``dtype``. ``width`` scales the four
-    stages' channels (64, 128, 256, 512 at ``width=64``); smaller widths are for smoke tests.
+    Inputs ``[batch, 32, 32, 3]``, outputs logits ``[batch, 10]``. A float32 module: params
+    are created float32 and every layer computes in the dtype of its inputs and params, so
+    bf16 compute comes from outside, from ``mf.Model(..., dtype_policy="mixed_bfloat16")``
+    or the same casts written by hand (``handwritten.BatchNormTrainer(compute_dtype=...)``).
+    ``width`` scales the stages' channels (64, 128, 256, 512 at ``width=64``);
+    ``stage_blocks`` gives the blocks per stage (ResNet-18: ``(2, 2, 2, 2)``); smaller values
+    are for smoke tests.
     """
 
     width: int = 64
-    dtype: jnp.dtype = jnp.bfloat16
+    stage_blocks: tuple = (2, 2, 2, 2)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
-        x = x.astype(self.dtype)
-        x = nn.Conv(self.width, (3, 3), use_bias=False, dtype=self.dtype)(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, dtype=self.dtype)(x))
-        for stage in range(4):
-            for block in range(2):
+        x = nn.Conv(self.width, (3, 3), use_bias=False)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
+        for stage, blocks in enumerate(self.stage_blocks):
+            for block in range(blocks):
                 strides = 2 if stage > 0 and block == 0 else 1
-                x = BasicBlock(self.width * 2**stage, strides, self.dtype)(x, train)
-        return nn.Dense(10, dtype=jnp.float32)(x.mean(axis=(1, 2)))
+                x = BasicBlock(self.width * 2**stage, strides)(x, train)
+        return nn.Dense(10)(x.mean(axis=(1, 2)))
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention: one fused QKV projection, `jax.nn.dot_product_attention`.
+
+    ``implementation`` is passed to ``jax.nn.dot_product_attention``: ``"cudnn"`` (flash
+    attention, GPU only, bf16/fp16) or ``None`` (XLA picks; on CPU the plain softmax).
+    """
+
+    heads: int
+    implementation: str | None = None
+
+    @nn.compact
+    def __call__(self, x):
+        batch, seq, d_model = x.shape
+        qkv = nn.Dense(3 * d_model)(x).reshape(batch, seq, 3, self.heads, d_model // self.heads)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        y = jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                         implementation=self.implementation)
+        return nn.Dense(d_model)(y.reshape(batch, seq, d_model))
+
+
+class DecoderLM(nn.Module):
+    """A GPT-2-style decoder-only language model (GPT-2 small at the defaults: 124M params).
+
+    Token and learned position embeddings, ``layers`` pre-LayerNorm blocks (causal
+    self-attention, then a GELU MLP of width ``4 * d_model``, each with a residual), a final
+    LayerNorm, and the output layer tied to the token embedding (``logits = h @ E^T``, as
+    GPT-2). Inputs int tokens ``[batch, seq]``, outputs logits ``[batch, seq, vocab]``. A
+    float32 module like `ResNet18`: bf16 compute comes from the policy (or the hand-written
+    casts). LayerNorm epsilon 1e-5 and GELU's tanh approximation, as GPT-2.
+    """
+
+    vocab: int = 50_304  # GPT-2's 50,257 padded to a multiple of 64
+    seq: int = 1024
+    layers: int = 12
+    d_model: int = 768
+    heads: int = 12
+    attention: str | None = None  # ``jax.nn.dot_product_attention``'s implementation
+
+    @nn.compact
+    def __call__(self, tokens):
+        embed = nn.Embed(self.vocab, self.d_model, name="wte")
+        positions = self.param("wpe", nn.initializers.normal(0.02), (self.seq, self.d_model))
+        x = embed(tokens) + positions[:tokens.shape[1]]
+        norm = functools.partial(nn.LayerNorm, epsilon=1e-5)
+        for _ in range(self.layers):
+            x = x + CausalSelfAttention(self.heads, self.attention)(norm()(x))
+            h = nn.gelu(nn.Dense(4 * self.d_model)(norm()(x)))
+            x = x + nn.Dense(self.d_model)(h)
+        return embed.attend(norm()(x))
+
+
+def lm_params_for_mfu(module: DecoderLM) -> int:
+    """N of the MFU formula: every param except the position embedding (as nanoGPT).
+
+    The tied token embedding counts once, for its matmul as the output layer (its lookup,
+    like the position embedding's, costs no FLOPs).
+    """
+    tokens = jax.ShapeDtypeStruct((1, module.seq), jnp.int32)
+    params = jax.eval_shape(module.init, jax.random.key(0), tokens)["params"]
+    total = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+    return total - module.seq * module.d_model
+
+
+def lm_train_flops_per_token(module: DecoderLM) -> float:
+    """``6 N + 12 L H Q T`` (PaLM, appendix B), attention not halved for the causal mask.
+
+    ``N`` from `lm_params_for_mfu`, ``L`` layers, ``H`` heads, ``Q`` head size, ``T``
+    sequence length: ``6 N`` is the forward and backward matmuls of the weights, ``12 L H Q
+    T`` those of the attention scores and the weighted values. The causal mask skips half of
+    the score matrix in a flash kernel, but the convention (PaLM, nanoGPT) counts it whole.
+    """
+    head_size = module.d_model // module.heads
+    return (6 * lm_params_for_mfu(module)
+            + 12 * module.layers * module.heads * head_size * module.seq)
 
 
 class Workload(NamedTuple):
-    """A model and the shape of one example."""
+    """A model and the shape and dtype of one example."""
 
-    module: nn.Module  # maps ``[batch, *input_shape]`` to probabilities ``[batch, 10]``
+    module: nn.Module  # maps ``[batch, *input_shape]`` to probabilities or logits
     input_shape: tuple  # one example's shape, without the batch dim
+    input_dtype: Any = jnp.float32  # int32 for token inputs
 
 
 def get_workload(name: str) -> Workload:

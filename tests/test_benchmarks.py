@@ -110,25 +110,50 @@ def test_peer_venv_is_not_ready_without_its_marker(tmp_path):
     (tmp_path / "keras3" / venvs.MARKER).write_text("keras==3.0.0\n")
     assert not venvs.is_ready(tmp_path, "keras3")
 def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
-    """``benchmarks/gpu.py --quick`` (a tiny ResNet on the CPU here) runs end to end."""
+    """``benchmarks/gpu.py --quick`` (tiny ResNet and LM on the CPU here) runs end to end.
+
+    No Keras wheels are given, so the Keras 3 cases are ``unavailable`` (or ``ok`` where this
+    interpreter can import Keras) and the rest still runs.
+    """
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
-                          env=env)
+                           "--out", str(tmp_path), "--keras-wheels", str(tmp_path / "none"),
+                           "--keras-venv", str(tmp_path / "venv")],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     [path] = tmp_path.glob("cpu-*.json")
-    assert path.with_suffix(".md").exists()
+    assert "tokens/s" in path.with_suffix(".md").read_text()
     report = json.loads(path.read_text())
-    rows = {r["case"]: r for r in report["results"]}
-    assert set(rows) == {"handwritten", "mirrorfit_fit", "mirrorfit_fit_verbose0"}
+    rows = {(r["model"], r["case"]): r for r in report["results"]}
+    assert set(rows) == {(m, c) for m in ("resnet18", "lm")
+                         for c in ("handwritten", "mirrorfit_fit", "keras3_fit")}
     assert report["matmul_peak_tflops"] > 0
-    for case, r in rows.items():
+    for key, r in rows.items():
+        if key[1] == "keras3_fit" and r["status"] != "ok":
+            assert r["status"].startswith("unavailable: keras is not importable"), r["status"]
+            continue
+        assert r["status"] == "ok", (key, r["status"])
         rates = r["examples_per_s"]
-        assert 0 < rates["min"] <= rates["median"] <= rates["max"], (case, rates)
+        assert 0 < rates["min"] <= rates["median"] <= rates["max"], (key, rates)
         assert r["mfu"] > 0 and r["flops_per_example"] > 0
-        assert max(r["compiles"]["by_function"].values()) == 1, (case, r["compiles"])
-    assert rows["mirrorfit_fit"]["reference"] == "handwritten"
-    assert rows["mirrorfit_fit"]["ratio"] > 0
+        if key[1] != "keras3_fit":
+            assert max(r["compiles"]["by_function"].values()) == 1, (key, r["compiles"])
+    for model in ("resnet18", "lm"):
+        fit = rows[model, "mirrorfit_fit"]
+        assert fit["reference"] == "handwritten" and fit["ratio"] > 0
+        assert ("vs_keras3" in fit) == (rows[model, "keras3_fit"]["status"] == "ok")
+    lm = report["settings"]["lm"]
+    head = lm["d_model"] // lm["heads"]
+    per_token = 6 * report["lm_params"] + 12 * lm["layers"] * lm["heads"] * head * lm["seq"]
+    assert rows["lm", "handwritten"]["flops_per_example"] == lm["seq"] * per_token
+
+
+def test_gpu_lm_at_full_size_is_gpt2_small():
+    """The LM's default sizes give GPT-2 small's 124,439,808 params at its vocabulary 50,257."""
+    from workloads import DecoderLM, lm_params_for_mfu
+
+    module = DecoderLM(vocab=50_257)
+    assert lm_params_for_mfu(module) + module.seq * module.d_model == 124_439_808
 
 
 def test_gpu_flop_count_matches_hand_count():

@@ -2,12 +2,14 @@
 dtypes inside and outside the compiled step, replica-count agreement, skipped overflow steps,
 scale growth, and a float16 kill-and-resume (the tests/test_resume.py harness)."""
 
+import json
 import signal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -235,3 +237,35 @@ def test_float16_fit_resumes_bitwise_after_sigkill_with_loss_scale_state(tmp_pat
     for key, value in got.items():
         assert value.dtype == expected[key].dtype
         assert np.array_equal(value, expected[key]), key
+
+
+def test_loss_scale_optimizer_config_round_trips_through_json():
+    optimizer = LSO(mf.optimizers.SGD(0.05, momentum=0.9), initial_scale=8.0,
+                    dynamic_growth_steps=3)
+    config = json.loads(json.dumps(optimizer.get_config()))
+    assert config["inner_optimizer"]["class_name"] == "SGD"
+    rebuilt = LSO.from_config(config)
+    assert (rebuilt.initial_scale, rebuilt.dynamic_growth_steps) == (8.0, 3)
+    assert rebuilt.inner_optimizer.get_config() == optimizer.inner_optimizer.get_config()
+    with pytest.raises(TypeError, match="serialize takes an mf.optimizers optimizer"):
+        LSO(optax.sgd(0.1)).get_config()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", LSO(mf.optimizers.SGD(0.1), initial_scale=4.0,
+                                                  dynamic_growth_steps=2)])
+def test_load_model_restores_dtype_policy_and_loss_scale_state(tmp_path, optimizer, allclose):
+    x, _, y, _ = _digits()
+    model = _mlp(2, "mixed_float16", optimizer)
+    model.fit(x[:128], y[:128], batch_size=32, epochs=1, verbose=0)  # 4 finite steps
+    model.save(tmp_path / "m.keras")
+    with _strategy(2).scope():  # the global policy stays float32: the saved one must win
+        restored = mf.load_model(tmp_path / "m.keras", model.module)
+    assert restored.dtype_policy == mf.mixed_precision.Policy("mixed_float16")
+    restored_optimizer = restored.trainer.config.optimizer
+    assert isinstance(restored_optimizer, LSO)
+    assert restored_optimizer.get_config() == model.trainer.config.optimizer.get_config()
+    saved, loaded = (jax.device_get((m.state.opt_state.dynamic_scale,
+                                     m.state.opt_state.step_counter)) for m in (model, restored))
+    assert saved != (restored_optimizer.initial_scale, 0)  # fit changed the scale or counter
+    assert loaded == saved
+    allclose(restored.get_weights(), model.get_weights(), rtol=0, atol=0)

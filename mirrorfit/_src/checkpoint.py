@@ -382,7 +382,8 @@ def decode_input_spec(encoded: Any) -> tuple[Any, np.dtype]:
 
 def _model_info(model, kind: str) -> dict[str, Any]:
     require_state(model.state)
-    info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed}
+    info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed,
+            "dtype_policy": model.dtype_policy.name}
     architecture = keras_models.architecture(model.module)  # JSON; None for Flax modules
     if architecture is not None:
         info["architecture"] = architecture

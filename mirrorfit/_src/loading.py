@@ -1,10 +1,10 @@
 """`load_model`: a `Model` rebuilt from what ``Model.save`` wrote (a directory or a ``.keras``
 file).
 
-It sits above the facade: it constructs a `Model` from the stored input spec and seed (and
-the module, when it is given, found in ``custom_objects``, or stored as the architecture of
-a model of ``mirrorfit.layers``), compiles it with the stored compile configuration
-(`mirrorfit._src.saved_config`), and restores the training state through
+It sits above the facade: it constructs a `Model` from the stored input spec, seed and dtype
+policy (and the module, when it is given, found in ``custom_objects``, or stored as the
+architecture of a model of ``mirrorfit.layers``), compiles it with the stored compile
+configuration (`mirrorfit._src.saved_config`), and restores the training state through
 `mirrorfit._src.checkpoint`.
 """
 
@@ -41,9 +41,9 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
             metrics or optimizers stored by their ``get_config``.
 
     Returns:
-        A built `Model`, compiled as the saved one was (optimizer, its state, loss, metrics,
-        ``steps_per_execution``), with the saved weights, step and RNG key: training
-        continues exactly where it stopped.
+        A built `Model`, with the saved dtype policy, compiled as the saved one was
+        (optimizer, its state, loss, metrics, ``steps_per_execution``), with the saved
+        weights, step and RNG key: training continues exactly where it stopped.
 
     Raises:
         ValueError: if a compile argument without a config was not passed (listing them), if
@@ -73,7 +73,9 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     elif isinstance(module, (list, tuple)):
         module = module_of(list(module))
     input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
-    model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"])
+    # Saves from before dtype policies were stored get the global policy, as a new model does.
+    model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"],
+                  dtype_policy=found.info.get("dtype_policy"))
     stored = found.info.get("compile")
     if compile and stored is not None:
         given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}

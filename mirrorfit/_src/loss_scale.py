@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from mirrorfit._src import optimizers as optimizers_lib
 from mirrorfit._src.checks import positive_int
 
 
@@ -152,6 +153,31 @@ class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
     def handle_non_finite_grads(self, state: LossScaleState) -> LossScaleState:
         """The state after a skipped step: the scale halves, the counter restarts."""
         return _non_finite_update(state)
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments, JSON-able, as ``keras.optimizers.LossScaleOptimizer``'s.
+
+        The inner optimizer is stored as ``{"class_name": ..., "config": ...}``
+        (`mirrorfit.optimizers.serialize`).
+
+        Raises:
+            TypeError: if the inner optimizer has no config (a raw optax transformation, or a
+                schedule as learning rate): pass the optimizer object again instead.
+        """
+        return {"inner_optimizer": optimizers_lib.serialize(self.inner_optimizer),
+                "initial_scale": self.initial_scale,
+                "dynamic_growth_steps": self.dynamic_growth_steps}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> LossScaleOptimizer:
+        """Rebuilds a `LossScaleOptimizer` from `get_config`'s output.
+
+        Raises:
+            ValueError: for an unknown inner optimizer or invalid arguments in ``config``.
+        """
+        config = dict(config)
+        inner = optimizers_lib.deserialize(config.pop("inner_optimizer"))
+        return cls(inner, **config)
 
     def __reduce__(self):
         # A tuple subclass would be copied as ``cls(init, update)``; rebuild from arguments.

@@ -17,6 +17,7 @@ from typing import Any
 
 from flax import linen as nn
 
+from mirrorfit._src import loss_scale
 from mirrorfit._src import losses as losses_lib
 from mirrorfit._src import metrics as metrics_lib
 from mirrorfit._src import optimizers as optimizers_lib
@@ -118,7 +119,9 @@ def deserialize_compile(stored: Mapping[str, Any], given: Mapping[str, Any],
             f"module, {', '.join(f'{n}=...' for n in names)}), or load the weights only with "
             f"compile=False. Received: {', '.join(f'{n}=None' for n in names)}")
     optimizer = stored.get("optimizer")
-    if isinstance(optimizer, dict) and optimizer["class_name"] not in custom_objects:
+    if isinstance(optimizer, dict) and optimizer["class_name"] == "LossScaleOptimizer":
+        optimizer = _rebuild(optimizer, loss_scale, custom_objects)
+    elif isinstance(optimizer, dict) and optimizer["class_name"] not in custom_objects:
         optimizer = optimizers_lib.get(optimizer)
     else:
         optimizer = _rebuild(optimizer, None, custom_objects)
