@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -126,7 +128,8 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
     report = json.loads(path.read_text())
     rows = {(r["model"], r["case"]): r for r in report["results"]}
     assert set(rows) == {(m, c) for m in ("resnet18", "lm")
-                         for c in ("handwritten", "mirrorfit_fit", "keras3_fit")}
+                         for c in ("handwritten", "mirrorfit_fit", "keras3_fit")} | {
+                             ("resnet18", "handwritten_preplaced")}
     assert report["matmul_peak_tflops"] > 0
     for key, r in rows.items():
         if key[1] == "keras3_fit" and r["status"] != "ok":
@@ -142,6 +145,9 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
         fit = rows[model, "mirrorfit_fit"]
         assert fit["reference"] == "handwritten" and fit["ratio"] > 0
         assert ("vs_keras3" in fit) == (rows[model, "keras3_fit"]["status"] == "ok")
+    assert rows["resnet18", "mirrorfit_fit"]["vs_preplaced"] == pytest.approx(
+        rows["resnet18", "mirrorfit_fit"]["examples_per_s"]["median"]
+        / rows["resnet18", "handwritten_preplaced"]["examples_per_s"]["median"])
     lm = report["settings"]["lm"]
     head = lm["d_model"] // lm["heads"]
     per_token = 6 * report["lm_params"] + 12 * lm["layers"] * lm["heads"] * head * lm["seq"]
