@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/run.py            # full suite (20-30 minutes on 2 CPU cores)
+    python benchmarks/run.py            # full suite (about 70 minutes on 2 CPU cores with the peers)
     python benchmarks/run.py --quick    # tiny smoke run (well under a minute)
     python benchmarks/run.py --out DIR  # write results to DIR instead of benchmarks/results
     python benchmarks/run.py --no-peers # skip Keras 3 and tf.keras
