@@ -151,6 +151,15 @@ class Layer(nn.Module):
             self.sow(LOSSES, "activity_regularizer", loss / outputs.shape[0])
         return outputs
 
+    def bias_and_activation(self, y: jax.Array) -> jax.Array:
+        """The common tail of Dense and the convolutions, as Keras: ``y + bias`` (a ``bias``
+        weight of ``y``'s last dimension, when ``use_bias``), then the activation, then the
+        activity penalty."""
+        if self.use_bias:
+            y = y + self.weight("bias", self.bias_initializer, (y.shape[-1],),
+                                self.bias_regularizer)
+        return self.activity(self.activation_fn()(y))
+
     def activation_fn(self, name: str = "activation") -> Any:
         return activations.get(getattr(self, name))
 

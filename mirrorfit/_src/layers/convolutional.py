@@ -83,10 +83,7 @@ class _Conv(Layer):
                                          self.rank == 1),
             rhs_dilation=dilation, dimension_numbers=_dimension_numbers(self.rank),
             feature_group_count=self.groups)
-        if self.use_bias:
-            y = y + self.weight("bias", self.bias_initializer, (self.filters,),
-                                self.bias_regularizer)
-        return self.activity(self.activation_fn()(y))
+        return self.bias_and_activation(y)
 
 
 @register
@@ -168,10 +165,7 @@ class Conv2DTranspose(Layer):
                 for k, s, d, p in zip(kernel_size, strides, dilation, out_pad)]
         y = lax.conv_transpose(x, kernel, strides, pads, rhs_dilation=dilation,
                                dimension_numbers=_dimension_numbers(2), transpose_kernel=True)
-        if self.use_bias:
-            y = y + self.weight("bias", self.bias_initializer, (self.filters,),
-                                self.bias_regularizer)
-        return self.activity(self.activation_fn()(y))
+        return self.bias_and_activation(y)
 
 
 def _depthwise(x: jax.Array, kernel: jax.Array, strides, padding, dilation) -> jax.Array:
@@ -218,10 +212,7 @@ class DepthwiseConv2D(Layer):
                              self.depthwise_regularizer)
         y = _depthwise(x, kernel, as_tuple(self.strides, 2, "strides"),
                        _padding(self.padding, 2, kernel_size, dilation, False), dilation)
-        if self.use_bias:
-            y = y + self.weight("bias", self.bias_initializer, (c * self.depth_multiplier,),
-                                self.bias_regularizer)
-        return self.activity(self.activation_fn()(y))
+        return self.bias_and_activation(y)
 
 
 @register
@@ -266,7 +257,4 @@ class SeparableConv2D(Layer):
         y = _depthwise(x, depthwise, as_tuple(self.strides, 2, "strides"),
                        _padding(self.padding, 2, kernel_size, dilation, False), dilation)
         y = jnp.einsum("...c,cf->...f", y, pointwise[0, 0])
-        if self.use_bias:
-            y = y + self.weight("bias", self.bias_initializer, (self.filters,),
-                                self.bias_regularizer)
-        return self.activity(self.activation_fn()(y))
+        return self.bias_and_activation(y)

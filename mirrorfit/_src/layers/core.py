@@ -42,10 +42,7 @@ class Dense(Layer):
         kernel = self.weight("kernel", self.kernel_initializer, (x.shape[-1], self.units),
                              self.kernel_regularizer)
         y = jnp.matmul(x, kernel)
-        if self.use_bias:
-            y = y + self.weight("bias", self.bias_initializer, (self.units,),
-                                self.bias_regularizer)
-        return self.activity(self.activation_fn()(y))
+        return self.bias_and_activation(y)
 
 
 @register
