@@ -45,7 +45,8 @@ class _Log(logging.Handler):
 
 @contextlib.contextmanager
 def count_step_compiles():
-    """Counts "Compiling jit(step)" records (jax.log_compiles) inside the block."""
+    """Counts "Compiling jit(step)" records (jax.log_compiles) inside the block: XLA
+    compilations of per-replica steps (during a fit without validation data, the train step)."""
     handler, logger, counter = _Log(), logging.getLogger("jax"), []
     logger.addHandler(handler)
     try:

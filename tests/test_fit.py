@@ -5,9 +5,7 @@ Compiling is the expensive part of these tests, so the parity runs are built onc
 size, compile counts) reuse them.
 """
 
-import contextlib
 import functools
-import logging
 import math
 import warnings
 
@@ -17,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+
+from data_adapter_helpers import count_step_compiles  # "Compiling jit(step)" records
 
 import mirrorfit as mf
 from mirrorfit._src import data_adapters
@@ -57,36 +57,8 @@ def _mlp(n, *, optimizer=None, steps_per_execution=1, metrics=("accuracy",), see
     return model
 
 
-class _CompileLog(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _count_step_compiles():
-    """Counts XLA compilations of jitted per-replica ``step`` functions (jax.log_compiles).
-
-    Records read "Compiling jit(step) with global shapes ...". During a fit without
-    validation data the only such function that runs is the train step.
-    """
-    handler = _CompileLog()
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    counter = []
-    try:
-        with jax.log_compiles(True):
-            yield counter
-    finally:
-        logger.removeHandler(handler)
-        counter.append(sum(m.startswith("Compiling jit(step)") for m in handler.messages))
-
-
 def _fit_counting(model, x, y, **kwargs):
-    with _count_step_compiles() as count:
+    with count_step_compiles() as count:
         history = model.fit(x, y, shuffle=False, verbose=0, **kwargs)
     return history, count[0]
 
