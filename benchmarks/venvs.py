@@ -71,15 +71,9 @@ def ensure(root: Path, peer: str) -> tuple[Path | None, str]:
     venv = root / peer
     steps = [[sys.executable, "-m", "venv", str(venv)]] if not python_of(root, peer).exists() else []
     steps.append([str(python_of(root, peer)), "-m", "pip", "install", "--quiet", *pins(peer)])
-    for cmd in steps:
-        print(f"  creating the {peer} venv: {' '.join(cmd[-len(pins(peer)) - 1:])}",
-              file=sys.stderr, flush=True)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return None, f"venv creation timed out after {PIP_TIMEOUT_S} s"
-        if proc.returncode:
-            return None, f"venv creation failed: {_tail(proc.stderr or proc.stdout)}"
+    reason = _run_steps(steps, "venv creation")
+    if reason:
+        return None, reason
     (venv / MARKER).write_text("\n".join(pins(peer)) + "\n")
     return python_of(root, peer), ""
 
@@ -111,18 +105,28 @@ def offline_keras_python(venv: Path, wheels: Path) -> tuple[str | None, str]:
     steps = [[sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
              [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
               str(wheels), keras_pin]]
-    for i, cmd in enumerate(steps):
-        print(f"  keras venv: {' '.join(cmd[-4:])}", file=sys.stderr, flush=True)
+    reason = _run_steps(steps[:1], "keras venv creation")
+    if not reason:
+        _see_parent_packages(python)
+        reason = _run_steps(steps[1:], "keras venv creation")
+    if reason:
+        return None, reason
+    marker.write_text(keras_pin + "\n")
+    return str(python), ""
+
+
+def _run_steps(steps: list[list[str]], what: str) -> str:
+    """Runs the commands of a venv's creation in order, showing each on stderr; returns ""
+    when all succeed, else why ``what`` failed (a timeout, or the last lines pip printed)."""
+    for cmd in steps:
+        print(f"  {what}: {' '.join(cmd[-4:])}", file=sys.stderr, flush=True)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return None, f"keras venv creation timed out after {PIP_TIMEOUT_S} s"
+            return f"{what} timed out after {PIP_TIMEOUT_S} s"
         if proc.returncode:
-            return None, f"keras venv creation failed: {_tail(proc.stderr or proc.stdout)}"
-        if i == 0:
-            _see_parent_packages(python)
-    marker.write_text(keras_pin + "\n")
-    return str(python), ""
+            return f"{what} failed: {_tail(proc.stderr or proc.stdout)}"
+    return ""
 
 
 def _see_parent_packages(python: Path) -> None:
