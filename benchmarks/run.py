@@ -6,6 +6,7 @@ Usage::
     python benchmarks/run.py --quick    # tiny smoke run (well under a minute)
     python benchmarks/run.py --out DIR  # write results to DIR instead of benchmarks/results
     python benchmarks/run.py --no-peers # skip Keras 3 and tf.keras
+    python benchmarks/run.py --devices 1  # the one-device groups only (about 25 minutes)
 
 Cases are grouped by workload (model, simulated devices D, global batch). In each group the
 hand-written reference runs first and calibrates the work per repeat; every other case then does
@@ -48,8 +49,11 @@ EVALUATE = ["handwritten_evaluate", "mirrorfit_evaluate"]
 PREDICT = ["handwritten_predict", "mirrorfit_predict"]
 
 
-def plan(quick: bool, peers: bool = True) -> tuple[dict, list[dict]]:
+def plan(quick: bool, peers: bool = True, only_devices: set[int] | None = None
+         ) -> tuple[dict, list[dict]]:
     """Returns the run settings and the groups ``{model, devices, batch, n, cases}`` to measure.
+
+    ``only_devices`` keeps only the groups with those device counts (all when ``None``).
 
     ``--quick`` keeps one point of each peer (Keras 3 and tf.keras at D=1, batch 32). Peers
     run at D in {1, 2, 8}: Keras 3 ``DataParallel`` often hangs on several CPU devices, and
@@ -78,6 +82,8 @@ def plan(quick: bool, peers: bool = True) -> tuple[dict, list[dict]]:
         cases = ["handwritten", "mirrorfit_fit"] + (JIT if devices == 1 else [])
         cases += ["keras3", "tf_keras"] if peers else []
         groups.append(dict(model="cnn", devices=devices, batch=256, n=10_000, cases=cases))
+    if only_devices is not None:
+        groups = [g for g in groups if g["devices"] in only_devices]
     return settings, groups
 
 
@@ -354,9 +360,15 @@ def main(argv=None) -> Path:
     p.add_argument("--no-peers", action="store_true", help="skip Keras 3 and tf.keras")
     p.add_argument("--peers-dir", type=Path, default=venvs.default_root(),
                    help="cache folder of the peers' virtualenvs (created on first use)")
+    p.add_argument("--devices", type=int, nargs="+", metavar="D",
+                   help="only the groups with these device counts (the report's name ends "
+                        "in -D<counts>)")
     args = p.parse_args(argv)
-    settings, groups = plan(args.quick, peers=not args.no_peers)
+    devices = None if args.devices is None else set(args.devices)
+    settings, groups = plan(args.quick, peers=not args.no_peers, only_devices=devices)
     info = machine()  # before the run: the commit measured, not the one at the end
+    if devices is not None:
+        info["slug"] += "-D" + "-".join(map(str, sorted(devices)))
     pythons, peers = {}, {}
     for case in sorted({c for g in groups for c in g["cases"] if c in venvs.CASE_PEER}):
         peer = venvs.CASE_PEER[case]

@@ -60,6 +60,13 @@ def test_failure_reason_prefers_the_all_reduce_timeout():
     assert run.failure_reason("") == "no output"
 
 
+def test_plan_keeps_only_the_asked_device_counts():
+    _, every = run.plan(quick=False)
+    _, one = run.plan(quick=False, only_devices={1})
+    assert {g["devices"] for g in every} == {1, 2, 4, 8}
+    assert one == [g for g in every if g["devices"] == 1]
+
+
 def test_should_run_again_retries_only_peer_crashes():
     crashed, hung = [{"status": "crashed: exit code -6: x"}], [{"status": "deadlocked (timeout)"}]
     assert run.should_run_again("keras3", crashed)

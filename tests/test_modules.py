@@ -216,7 +216,7 @@ def test_dropout_draws_a_new_mask_per_replica_and_step_in_fit_only(kind):
 def test_dropout_training_is_reproducible_from_seed(kind, allclose):
     x = np.random.default_rng(5).normal(size=(64, 4)).astype(np.float32)
     y = np.random.default_rng(6).normal(size=(64, 64)).astype(np.float32)
-    initial, trained = [], []
+    initial, trained, first_weights = [], [], None
     # The other-seed run checks that the masks come from the seed (linen only, for time).
     for seed in (7, 7, 8) if kind == "linen" else (7, 7):
         model = _dropout_model(kind, seed)

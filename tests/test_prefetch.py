@@ -1,5 +1,5 @@
-"""The prefetch thread: order, bounded look-ahead, producer errors, and fit/evaluate/predict
-results identical with and without it."""
+"""The prefetch thread: order, bounded look-ahead, producer errors, which sources use it, and
+fit/evaluate/predict results identical with and without it."""
 
 import threading
 import time
@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 from data_adapter_helpers import BATCH, X, Y, batches, make_model
 
+import mirrorfit as mf
 from mirrorfit._src import prefetch as prefetch_lib
+
+
+def prefetch_thread_alive() -> bool:
+    return any(t.name == "mirrorfit-prefetch" and t.is_alive() for t in threading.enumerate())
 
 
 def test_prefetcher_yields_in_order_and_runs_at_most_depth_ahead():
@@ -44,8 +49,7 @@ def test_close_stops_the_thread_before_the_source_ends():
     ahead = prefetch_lib.Prefetcher(iter(range(10**9)))
     next(ahead)
     ahead.close()
-    assert not any(t.name == "mirrorfit-prefetch" and t.is_alive()
-                   for t in threading.enumerate())
+    assert not prefetch_thread_alive()
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +94,21 @@ def test_failing_generator_in_fit_raises_its_error_and_keeps_the_last_good_state
     model.fit(X[:2 * BATCH], Y[:2 * BATCH], batch_size=BATCH, epochs=1, shuffle=False,
               verbose=0)
     allclose(after_error, model.get_weights(), rtol=1e-6, atol=1e-7)  # both good steps
+
+
+def test_a_generator_is_run_on_the_thread_and_arrays_on_the_calling_thread(model_and_initial):
+    model, initial = model_and_initial
+    seen = {}
+
+    class ThreadProbe(mf.callbacks.Callback):
+        def __init__(self, kind):
+            super().__init__()
+            self.kind = kind
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen.setdefault(self.kind, prefetch_thread_alive())
+
+    model.set_weights(initial)
+    model.fit(batches(), epochs=1, verbose=0, callbacks=[ThreadProbe("generator")])
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[ThreadProbe("arrays")])
+    assert seen == {"generator": True, "arrays": False}

@@ -1,11 +1,17 @@
 """The trainer: fit/evaluate/predict loops, callbacks and progress, over compiled steps.
 
-It owns the host side of training. Every loop places the next batches on the devices while
-the current step runs (on a background thread, `mirrorfit._src.prefetch`), compiles its step through `compile_per_replica` (the one compile
+It owns the host side of training. Every loop places the next batch on the devices while
+the current step runs, compiles its step through `compile_per_replica` (the one compile
 path ``strategy.run`` uses too), and pushes each step's outputs to an `InFlight` bound, so at
 most two steps are queued: on the CPU backend with several devices, XLA's in-process
 all-reduce deadlocks when many collective executions are queued ("Termination timeout for
 all reduce").
+
+A source that runs user code (a generator, ``__getitem__``, a loader) is run ahead on a
+background thread (`mirrorfit._src.prefetch`). Arrays are gathered and placed on the calling
+thread right after the step is dispatched, which overlaps the step as well: measured at one
+device, a thread made that 6% (batch 32) to 14% (``steps_per_execution=32``, batch 256)
+slower, from GIL hand-offs and a second malloc arena (``benchmarks/README.md``).
 
 A source of unknown length ends an epoch when exhausted; one that runs dry before ``fit``
 is done warns as Keras (`RAN_OUT_OF_DATA`) and stops training.
@@ -83,8 +89,10 @@ class Trainer:
         progress: `Progress` after the newest train step of ``fit``; ``None`` outside it.
         train_data: the training data adapter of the running ``fit``; ``None`` outside it.
         train_fn: the newest compiled train step ``(state, statistics, batch)``.
-        prefetch: whether a background thread places the next batches while a step runs
-            (`mirrorfit._src.prefetch`); ``False`` places them between steps.
+        prefetch: whether a background thread produces and places the next batches of a
+            source that runs user code (``data.runs_user_code``) while a step runs
+            (`mirrorfit._src.prefetch`); ``False`` produces them between steps. Arrays never
+            use the thread.
     """
 
     def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter):
@@ -186,10 +194,11 @@ class Trainer:
     # -- loops ----------------------------------------------------------------------------
 
     def _placed(self, data, epoch: int = 0, start_step: int = 0, group: int = 1):
-        """The epoch's batches placed on the mesh (ahead, on a thread); close it after use."""
+        """The epoch's batches placed on the mesh (ahead, on the prefetch thread for a source
+        that runs user code); close it after use."""
         batches = data.batches(epoch, start_step=start_step, group=group)
         placed = place_batches(batches, self.strategy, stacked=group > 1, local=data.local_rows)
-        return contextlib.closing(prefetch(placed, self.prefetch))
+        return contextlib.closing(prefetch(placed, self.prefetch and data.runs_user_code))
 
     def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
             validation=None, validation_freq: int = 1) -> History:
@@ -348,9 +357,7 @@ class Trainer:
         outputs = []
         masks: list[Any] = [None, None]  # (device mask, host copy): full batches share one
         step = -1
-        batches = prefetch(place_batches(data.batches(0), self.strategy, local=data.local_rows),
-                           self.prefetch)
-        with contextlib.closing(batches):
+        with self._placed(data) as batches:
             for step, batch in enumerate(batches):
                 if predict_fn is None:
                     predict_fn = self._compiled_step(self._predict_step, (model.state, batch),

@@ -13,7 +13,9 @@ One adapter per input kind, chosen in one place (`get_data_adapter`), as Keras 3
 Every adapter has ``steps`` (steps per epoch, ``None`` when unknown), ``first_inputs()``
 (to build or check the model), ``batches(epoch, start_step=0, group=1)``, which yields
 `mirrorfit._src.batch.Batch` es of one static shape, and ``local_rows`` (whether they are
-this process's rows of each global batch, to place with ``shard_local_batch``). An argument that does not apply to
+this process's rows of each global batch, to place with ``shard_local_batch``), and
+``runs_user_code`` (whether producing a batch runs the user's generator, ``__getitem__`` or
+loader: the trainer then runs it ahead on the prefetch thread). An argument that does not apply to
 the chosen kind is a ``ValueError`` (`raise_unsupported_arg`), never silently ignored.
 `train_and_validation` applies ``fit``'s validation arguments.
 """

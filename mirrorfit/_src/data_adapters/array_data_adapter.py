@@ -112,6 +112,8 @@ class ArrayDataAdapter:
     """
 
     local_rows = False  # every process passes whole global batches (see IterableDataAdapter)
+    runs_user_code = False  # a batch is a NumPy gather: placed on the calling thread, one
+    #                         step ahead (a prefetch thread only slows it; trainer.py)
 
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
                  shuffle=False, seed=0, class_weight=None):

@@ -63,6 +63,9 @@ class IterableDataAdapter:
             replica count) and placed with `DeviceMesh.shard_local_batch`.
     """
 
+    runs_user_code = True  # next() runs the user's generator or loader: run it ahead on the
+    #                        prefetch thread (trainer.py)
+
     def __init__(self, data: Iterable, *, steps_per_epoch: int | None, num_replicas: int,
                  with_targets: bool = True, class_weight: Mapping[int, float] | None = None,
                  items: Callable[[int, int], Iterator] | None = None, kind: str = "iterable",
