@@ -23,6 +23,7 @@ import datetime
 import importlib.metadata
 import json
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -87,13 +88,23 @@ def plan(quick: bool, peers: bool = True, only_devices: set[int] | None = None
     return settings, groups
 
 
+FATAL_LOG = re.compile(r"^F\d{4} [\d:.]+\s+\d+ (.*)")
+"""A fatal line of XLA's log (``F1123 19:17:12.955 18935 rendezvous.cc:161] ...``): group 1
+is the message after the time and thread id."""
+
+
 def failure_reason(stderr: str, lines: int = 2) -> str:
-    """The informative end of a failed case's stderr: XLA's all-reduce timeout if it is there,
-    else its last ``lines`` non-empty lines."""
+    """The informative part of a failed case's stderr.
+
+    XLA's first fatal log line if there is one (when XLA:CPU's in-process all-reduce
+    deadlocks: ``rendezvous.cc:161] [id=5] Termination timeout for `all reduce ...```), else
+    the last ``lines`` non-empty lines.
+    """
     text = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
     for ln in text:
-        if "Termination timeout for all reduce" in ln or "all-reduce" in ln.lower():
-            return ln[:300]
+        fatal = FATAL_LOG.match(ln)
+        if fatal:
+            return fatal.group(1)[:300]
     return " | ".join(text[-lines:])[:300] or "no output"
 
 

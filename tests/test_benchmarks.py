@@ -52,10 +52,18 @@ def test_run_quick_writes_json_and_markdown(tmp_path):
     assert "| handwritten |" in proc.stdout and "## Examples/s by case" in proc.stdout
 
 
-def test_failure_reason_prefers_the_all_reduce_timeout():
-    stderr = ("Epoch 1/1\nE0000 cpu_collectives.cc:42] Termination timeout for all reduce of 8 "
-              "participants\nFatal Python error: Aborted\nThread 0x1 (most recent call first):\n")
-    assert run.failure_reason(stderr).startswith("E0000 cpu_collectives.cc:42] Termination timeout")
+def test_failure_reason_prefers_xlas_fatal_log_line():
+    # As Keras 3 DataParallel's crash at D=8 printed it (shortened): warnings, the fatal line
+    # of each stuck thread, then abseil's stack trace.
+    stderr = ("Epoch 1/1\nE1123 19:16:32.954660   18939 rendezvous.cc:116] [id=1] This thread "
+              "has been waiting for `all reduce RendezvousKey{...}` for 20 seconds\n"
+              "F1123 19:17:12.955009   18935 rendezvous.cc:161] [id=5] Termination timeout for "
+              "`all reduce RendezvousKey{...}` of 40 seconds exceeded.\n"
+              "F1123 19:17:12.955096   18940 rendezvous.cc:161] [id=4] Termination timeout\n"
+              "*** Check failure stack trace: ***\n"
+              "    @     0x7f9f33cb906f  tsl::(anonymous namespace)::PThread::ThreadFn()\n")
+    assert run.failure_reason(stderr) == ("rendezvous.cc:161] [id=5] Termination timeout for "
+                                          "`all reduce RendezvousKey{...}` of 40 seconds exceeded.")
     assert run.failure_reason("a\nb\n\nValueError: bad\n") == "b | ValueError: bad"
     assert run.failure_reason("") == "no output"
 
