@@ -15,8 +15,8 @@ Every adapter has ``steps`` (steps per epoch, ``None`` when unknown), ``first_in
 `mirrorfit._src.batch.Batch` es of one static shape, and ``local_rows`` (whether they are
 this process's rows of each global batch, to place with ``shard_local_batch``), and
 ``runs_user_code`` (whether producing a batch runs the user's generator, ``__getitem__`` or
-loader: the trainer then runs it ahead on the prefetch thread). An argument that does not apply to
-the chosen kind is a ``ValueError`` (`raise_unsupported_arg`), never silently ignored.
+loader: the trainer then runs it ahead on the prefetch thread). An argument that does not
+apply to the chosen kind is a ``ValueError`` (`raise_unsupported_arg`), never silently ignored.
 `train_and_validation` applies ``fit``'s validation arguments.
 """
 
