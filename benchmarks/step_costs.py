@@ -12,7 +12,8 @@ wall time and for the CPU time of all the process's threads (``time.process_time
 plus XLA's CPU compute, which waiting for a shared core does not inflate):
 
 * ``fit`` with ``verbose=1`` and ``verbose=0``, the hand-written ``shard_map`` loop and the
-  plain-jit loop (``handwritten.JitTrainer``), per step over a whole epoch;
+  plain-jit loop (``handwritten.JitTrainer``), per step over a whole epoch; at one device also
+  the plain-jit loop fed NumPy batches straight into the step (``jit`` transfers them);
 * the train step alone, called in a loop on one already-placed batch with at most 2 in flight:
   mirrorfit's compiled ``jit(shard_map)`` step, the hand-written ``shard_map`` step and the
   plain-jit step;
@@ -68,7 +69,10 @@ def pieces(args: argparse.Namespace) -> dict:
     mesh = handwritten.make_mesh(d)
     shard_map_loop = handwritten.Trainer(workload, mesh, b)
     jit_loop = handwritten.JitTrainer(workload, b) if d == 1 else None
-    for runner in (fit1, fit0, shard_map_loop, jit_loop):
+    numpy_loop = handwritten.JitTrainer(workload, b) if d == 1 else None
+    if numpy_loop is not None:
+        numpy_loop._placed = lambda xs, ys: (xs, ys)  # jit transfers NumPy arguments itself
+    for runner in (fit1, fit0, shard_map_loop, jit_loop, numpy_loop):
         if runner is not None:
             runner.run(x[:b * 4 + b // 2], y[:b * 4 + b // 2], 1)  # compile, partial batch too
 
@@ -139,6 +143,7 @@ def pieces(args: argparse.Namespace) -> dict:
             return loss
 
         out["plain-jit loop"] = lambda: jit_loop.run(x, y, 1)
+        out["plain-jit loop, NumPy batches into the step"] = lambda: numpy_loop.run(x, y, 1)
         out["step: plain jit, placed batch"] = loop(jit_step)
         out["place: jax.device_put (x, y)"] = lambda: [
             jax.block_until_ready(jax.device_put((xb, yb), jit_loop.device)) for _ in range(k)]

@@ -225,6 +225,40 @@ def test_train_step_all_reduces_statistics_as_one_operand():
     assert len(operands) == len(jax.tree.leaves(model.params)) + 1
 
 
+def test_small_one_device_batches_reach_the_step_as_numpy_and_train_the_same(monkeypatch):
+    # One device: a batch of at most HOST_BATCH_BYTES goes into the step unplaced (its call
+    # transfers it); larger batches and several replicas are placed on the mesh first.
+    from mirrorfit._src import mesh as mesh_lib
+    data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=1)
+    one, two = _strategy(1), _strategy(2)
+    small = next(place_batches(data.batches(0), one))
+    assert isinstance(small.x, np.ndarray) and isinstance(small.mask, np.ndarray)
+    two_data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=2)
+    assert isinstance(next(place_batches(two_data.batches(0), two)).x, jax.Array)
+    monkeypatch.setattr(mesh_lib, "HOST_BATCH_BYTES", small.x.nbytes - 1)
+    large = next(place_batches(data.batches(0), one))
+    assert isinstance(large.x, jax.Array) and large.x.sharding == one.batch_sharding
+
+    # Trained on a device other than the default one, unplaced batches give the params the
+    # placed ones give, bit for bit, and the state stays on the strategy's device.
+    def fit(host_batch_bytes):
+        monkeypatch.setattr(mesh_lib, "HOST_BATCH_BYTES", host_batch_bytes)
+        with mf.MirroredStrategy([jax.devices()[5]]).scope():
+            model = mf.Sequential([nn.Dense(16), nn.relu, nn.Dense(NUM_CLASSES), nn.softmax],
+                                  input_shape=(NUM_FEATURES,), seed=0)
+            model.compile(optax.adam(1e-2), "sparse_categorical_crossentropy",
+                          metrics=["accuracy"])
+        history = model.fit(X[:100], Y[:100], batch_size=32, epochs=2, verbose=0)
+        assert {d for leaf in jax.tree.leaves(model.params) for d in leaf.devices()} == {
+            jax.devices()[5]}
+        return history.history, jax.tree.map(np.asarray, model.params)
+
+    unplaced_logs, unplaced = fit(1 << 20)
+    placed_logs, placed = fit(0)
+    assert unplaced_logs == placed_logs
+    jax.tree.map(np.testing.assert_array_equal, unplaced, placed)
+
+
 def test_batch_logs_stay_readable_after_later_steps():
     # A callback may keep a batch's logs and read them after the next steps ran: the
     # accumulators of a step are not donated to the next one.

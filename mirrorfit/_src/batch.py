@@ -62,11 +62,12 @@ def stack(batches: list[Batch]) -> Batch:
 
 def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
                   local: bool = False) -> Iterator[Batch]:
-    """Moves host batches onto ``mesh`` (a `DeviceMesh`), split over replicas.
+    """Moves host batches onto ``mesh`` (a `DeviceMesh`), split over replicas, for a step.
 
     A mask that repeats (the all-``True`` mask of full batches is one shared array) is
     transferred once and reused, so a full batch without sample weights costs only the
-    transfer of x and y.
+    transfer of x and y. A small batch on one device stays on the host: the step's own
+    call transfers it, which is cheaper (`DeviceMesh.takes_host_batch`).
 
     Args:
         batches: host `Batch` es: global batches, or with ``local`` this process's rows of
@@ -81,6 +82,9 @@ def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
     place = mesh.shard_local_batch if local else mesh.shard_batch
     last_mask: list[Any] = [None, None]  # (host mask, its device copy)
     for batch in batches:
+        if mesh.takes_host_batch(batch):
+            yield batch
+            continue
         x, y, weight = place((batch.x, batch.y, batch.sample_weight), leading_axes=leading)
         if batch.mask is not last_mask[0]:
             last_mask[:] = batch.mask, place(batch.mask, leading_axes=leading)
