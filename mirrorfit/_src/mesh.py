@@ -52,6 +52,9 @@ class DeviceMesh:
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
         self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
+        # One replica in one process: steps compile to plain jit and small batches go in
+        # unplaced (`compile_replica_fn`, `takes_host_batch`).
+        self._single_replica = len(self._devices) == 1 and jax.process_count() == 1
 
     def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
         """The replicas' devices; `MultiWorkerMirroredStrategy` takes every process's."""
@@ -146,7 +149,7 @@ class DeviceMesh:
         ``jax.device_put``, which copies asynchronously while the previous step runs;
         several devices need the batch split, which ``jit`` did more slowly.
         """
-        if len(self._devices) > 1 or jax.process_count() > 1:
+        if not self._single_replica:
             return False
         leaves = jax.tree.leaves(tree)
         return (all(isinstance(leaf, np.ndarray) for leaf in leaves)
@@ -228,7 +231,7 @@ class DeviceMesh:
             The compiled callable. It is compiled on first call and again only when argument
             shapes or dtypes change.
         """
-        if len(self._devices) == 1 and jax.process_count() == 1:
+        if self._single_replica:
             return _one_replica(fn, self._mesh, out_specs, donate_argnums)
         mapped = jax.shard_map(
             fn, mesh=self._mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
