@@ -18,7 +18,9 @@ plus XLA's CPU compute, which waiting for a shared core does not inflate):
   mirrorfit's compiled ``jit(shard_map)`` step, the hand-written ``shard_map`` step and the
   plain-jit step;
 * batch placement: mirrorfit's ``place_batches`` (``strategy.shard_batch``), against
-  ``jax.make_array_from_process_local_data`` and ``jax.device_put``;
+  ``jax.make_array_from_process_local_data`` and ``jax.device_put``. At one device a batch
+  of at most 1 MiB is not placed (the step's call transfers it), so there this piece is only
+  the host batch and its size check;
 * the host batch: ``ArrayDataAdapter.batches`` (shuffled gather) against ``x[idx]``;
 * the callbacks of one step: ``on_train_batch_begin`` and ``on_train_batch_end`` with the
   progress bar (writing to ``os.devnull``) and ``History``.
