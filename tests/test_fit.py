@@ -259,6 +259,29 @@ def test_small_one_device_batches_reach_the_step_as_numpy_and_train_the_same(mon
     jax.tree.map(np.testing.assert_array_equal, unplaced, placed)
 
 
+def test_gathered_and_stacked_batches_are_placed_on_a_cpu_device_without_a_copy():
+    # Shuffled array batches (one step or a steps_per_execution group) and stacked generator
+    # batches are built in 64-byte-aligned buffers, which XLA's CPU client uses in place.
+    def generator():
+        for start in range(0, 96, 32):
+            yield X[start:start + 32], Y[start:start + 32]
+
+    one = _strategy(1)
+    array_data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=1,
+                                                shuffle=True)
+    host = [*array_data.batches(0), *array_data.batches(1, group=2),
+            *data_adapters.get_data_adapter(generator(), batch_size=None,
+                                            num_replicas=1).batches(0, group=3)]
+    for batch in host:
+        for leaf in (batch.x, batch.y):
+            assert leaf.ctypes.data % 64 == 0
+        placed = one.shard_batch(batch.x, leading_axes=batch.x.ndim - 2)
+        assert placed.addressable_shards[0].data.unsafe_buffer_pointer() == batch.x.ctypes.data
+    order = array_data.epoch_order(1)
+    np.testing.assert_array_equal(host[7].x[1], X[order[32:64]])  # group 2 of epoch 1, step 2
+    np.testing.assert_array_equal(host[-1].y[2], Y[64:96])
+
+
 def test_batch_logs_stay_readable_after_later_steps():
     # A callback may keep a batch's logs and read them after the next steps ran: the
     # accumulators of a step are not donated to the next one.

@@ -7,8 +7,9 @@ mask `mirrorfit.batch_mask` returns. Either way the mask has one form: bool
 ``[global_batch]``, ``True`` for real rows.
 
 Padding repeats real rows (`pad_index`), so the model only ever sees finite data, and the
-mask keeps the padding rows out of every sum. This module imports nothing else from
-mirrorfit.
+mask keeps the padding rows out of every sum. Rows gathered or stacked into a new batch
+go into 64-byte-aligned buffers (`host_buffer`), which a CPU device uses without a copy.
+This module imports nothing else from mirrorfit.
 """
 
 from __future__ import annotations
@@ -53,11 +54,48 @@ def real_rows_mask(num_real: int, target: int) -> np.ndarray:
     return np.arange(target) < num_real
 
 
+HOST_ALIGNMENT = 64
+"""Bytes: XLA's CPU client uses a host buffer in place, without a copy, when its data start
+on a 64-byte boundary (``cpu_function_runtime::MinAlign``); NumPy only promises 16."""
+
+
+def host_buffer(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized NumPy array whose data start on a `HOST_ALIGNMENT` boundary.
+
+    Batches gathered into one are placed on a CPU device without a copy (measured at one
+    device: a 25 MiB ``steps_per_execution=32`` group placed in 0.3 ms instead of 3.8 ms).
+    The placed array then shares the buffer, so nothing may write to it afterwards.
+    """
+    dtype = np.dtype(dtype)
+    size = math.prod(shape) * dtype.itemsize
+    raw = np.empty(size + HOST_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % HOST_ALIGNMENT
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def take_rows(a: np.ndarray, index: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a[index]`` reshaped to ``shape + a.shape[1:]``, in a fresh `host_buffer`."""
+    out = host_buffer(shape + a.shape[1:], a.dtype)
+    # mode="clip": with `out`, the default "raise" gathers into a temporary and copies it.
+    # The indices are the adapter's own, always in range.
+    np.take(a, index, axis=0, out=out.reshape((len(index),) + a.shape[1:]), mode="clip")
+    return out
+
+
 def stack(batches: list[Batch]) -> Batch:
-    """``K`` batches of one shape as one `Batch` with a leading ``[K]`` axis on every leaf."""
+    """``K`` batches of one shape as one `Batch` with a leading ``[K]`` axis on every leaf.
+
+    The leaves are stacked into `host_buffer` s, which a CPU device uses without a copy.
+    """
     if len(batches) == 1:
         return batches[0]
-    return jax.tree.map(lambda *leaves: np.stack(leaves), *batches)
+
+    def stack_leaves(*leaves):
+        leaves = [np.asarray(leaf) for leaf in leaves]
+        out = host_buffer((len(leaves),) + leaves[0].shape, leaves[0].dtype)
+        return np.stack(leaves, out=out)
+
+    return jax.tree.map(stack_leaves, *batches)
 
 
 def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from mirrorfit._src import input_checks
-from mirrorfit._src.batch import Batch, pad_index, padded_size, real_rows_mask
+from mirrorfit._src.batch import Batch, pad_index, padded_size, real_rows_mask, take_rows
 from mirrorfit._src.data_adapters.class_weight import class_weights_to_sample_weights
 
 FINGERPRINT_ROWS = 8
@@ -234,9 +234,7 @@ class ArrayDataAdapter:
         shape = (group, self.padded_batch_size) if group > 1 else (self.padded_batch_size,)
 
         def take(a):
-            if isinstance(idx, slice):
-                return a[idx]
-            return np.take(a, idx, axis=0).reshape(shape + a.shape[1:])
+            return a[idx] if isinstance(idx, slice) else take_rows(a, idx, shape)
 
         stacked = np.stack if group > 1 else (lambda values: values[0])
         return Batch(x=jax.tree.map(take, self.x),
