@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +117,25 @@ def test_targets_against_peers_use_medians_of_the_same_workload():
     assert spe["measured"] == 1.5 and spe["met"] and spe["goal"] == ">= 1.4x"
     tf = checks[("`mirrorfit_fit` vs `tf_keras` (10x: D=8)", "mlp D=8 b=32")]
     assert tf["goal"] == ">= 10x" and not tf["met"]
+
+
+def test_peer_ratios_carry_their_lowest_and_highest_value_within_one_round():
+    def row(case, rounds):
+        rates = [v for r in rounds if r["status"] == "ok" for v in r["examples_per_s"]]
+        return dict(model="mlp", devices=1, batch=256, case=case, status="ok", rounds=rounds,
+                    examples_per_s={"median": float(np.median(rates))},
+                    compiles={"first_call": {"by_function": {}}, "timed": {"count": 0}})
+
+    crashed = {"status": "crashed: boom"}
+    ours = row("mirrorfit_fit", [_ok([10.0, 12.0]), _ok([30.0, 30.0]), _ok([20.0, 20.0])])
+    peer = row("keras3", [_ok([10.0, 10.0]), crashed, _ok([10.0, 10.0])])
+    check = next(c for c in run.targets([ours, peer]) if c["target"].endswith("D=1"))
+    assert check["per_round"] == (1.1, 2.0)  # round 2 failed for the peer: left out
+    assert check["measured"] == 20.0 / 10.0
+    report = {"machine": {"slug": "m", "cpu": "c", "cpus": 2, "python": "3", "jax": "0",
+                          "mirrorfit_commit": "x"}, "date": "d", "settings": {},
+              "results": [], "targets": [check]}
+    assert "| mlp D=1 b=256: 1.10–2.00 |" in run.markdown(report)
 
 
 def test_peer_venv_is_not_ready_without_its_marker(tmp_path):
