@@ -19,8 +19,8 @@ plus XLA's CPU compute, which waiting for a shared core does not inflate):
   plain-jit step;
 * batch placement: mirrorfit's ``place_batches`` (``strategy.shard_batch``), against
   ``jax.make_array_from_process_local_data`` and ``jax.device_put``. At one device a batch
-  of at most 1 MiB is not placed (the step's call transfers it), so there this piece is only
-  the host batch and its size check;
+  the step's call copies at most 1 MiB of (its aligned gathered leaves cost no copy on the
+  CPU) is not placed, so there this piece is only the host batch and that check;
 * the host batch: ``ArrayDataAdapter.batches`` (shuffled gather) against ``x[idx]``;
 * the callbacks of one step: ``on_train_batch_begin`` and ``on_train_batch_end`` with the
   progress bar (writing to ``os.devnull``) and ``History``.

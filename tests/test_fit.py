@@ -225,24 +225,33 @@ def test_train_step_all_reduces_statistics_as_one_operand():
     assert len(operands) == len(jax.tree.leaves(model.params)) + 1
 
 
-def test_small_one_device_batches_reach_the_step_as_numpy_and_train_the_same(monkeypatch):
-    # One device: a batch of at most HOST_BATCH_BYTES goes into the step unplaced (its call
-    # transfers it); larger batches and several replicas are placed on the mesh first.
-    from mirrorfit._src import mesh as mesh_lib
-    data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=1)
+def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_the_same(
+        monkeypatch):
+    # One device: a batch of at most HOST_BATCH_BYTES, or one in aligned buffers on a CPU
+    # device, goes into the step unplaced (its call transfers it); other large batches and
+    # several replicas are placed on the mesh first.
+    from mirrorfit._src import batch as batch_lib
+    raw = batch_lib.host_buffer((X.size + 1,), np.float32)
+    unaligned = raw[1:].reshape(X.shape)  # 4 bytes past a 64-byte boundary
+    unaligned[:] = X
     one, two = _strategy(1), _strategy(2)
-    small = next(place_batches(data.batches(0), one))
+
+    def first(x, num_replicas=1, strategy=one, shuffle=False):
+        data = data_adapters.get_data_adapter(x, Y, batch_size=32, num_replicas=num_replicas,
+                                              shuffle=shuffle)
+        return next(place_batches(data.batches(0), strategy))
+
+    small = first(unaligned)
     assert isinstance(small.x, np.ndarray) and isinstance(small.mask, np.ndarray)
-    two_data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=2)
-    assert isinstance(next(place_batches(two_data.batches(0), two)).x, jax.Array)
-    monkeypatch.setattr(mesh_lib, "HOST_BATCH_BYTES", small.x.nbytes - 1)
-    large = next(place_batches(data.batches(0), one))
+    assert isinstance(first(X, 2, two).x, jax.Array)
+    monkeypatch.setattr(batch_lib, "HOST_BATCH_BYTES", small.x.nbytes - 1)
+    large = first(unaligned)
     assert isinstance(large.x, jax.Array) and large.x.sharding == one.batch_sharding
+    assert isinstance(first(X, shuffle=True).x, np.ndarray)  # gathered into aligned buffers
 
     # Trained on a device other than the default one, unplaced batches give the params the
     # placed ones give, bit for bit, and the state stays on the strategy's device.
-    def fit(host_batch_bytes):
-        monkeypatch.setattr(mesh_lib, "HOST_BATCH_BYTES", host_batch_bytes)
+    def fit():
         with mf.MirroredStrategy([jax.devices()[5]]).scope():
             model = mf.Sequential([nn.Dense(16), nn.relu, nn.Dense(NUM_CLASSES), nn.softmax],
                                   input_shape=(NUM_FEATURES,), seed=0)
@@ -253,8 +262,9 @@ def test_small_one_device_batches_reach_the_step_as_numpy_and_train_the_same(mon
             jax.devices()[5]}
         return history.history, jax.tree.map(np.asarray, model.params)
 
-    unplaced_logs, unplaced = fit(1 << 20)
-    placed_logs, placed = fit(0)
+    unplaced_logs, unplaced = fit()
+    monkeypatch.setattr(batch_lib, "takes_host_batch", lambda mesh, tree: False)
+    placed_logs, placed = fit()
     assert unplaced_logs == placed_logs
     jax.tree.map(np.testing.assert_array_equal, unplaced, placed)
 

@@ -82,6 +82,34 @@ def take_rows(a: np.ndarray, index: np.ndarray, shape: tuple[int, ...]) -> np.nd
     return out
 
 
+HOST_BATCH_BYTES = 1 << 20
+"""The most bytes of a batch a one-device step's call may copy; `takes_host_batch`."""
+
+
+def takes_host_batch(mesh: Any, tree: Any) -> bool:
+    """Whether the loops pass ``tree`` to a step on ``mesh`` as NumPy, unplaced.
+
+    True on a one-replica `DeviceMesh` (one device, one process) when every leaf is NumPy
+    and the call would copy at most `HOST_BATCH_BYTES`: on a CPU device, leaves in
+    `HOST_ALIGNMENT` -aligned C-contiguous buffers (`host_buffer`) are used in place and
+    cost no copy. The step's ``jax.jit`` call takes such a batch in C++, in tens of
+    microseconds, where ``jax.device_put`` costs 150-250 us of mostly Python per batch:
+    ``fit`` at batch 32 ran about 1.4x faster (``benchmarks/README.md``). Other batches
+    are placed ahead with ``jax.device_put``, which copies asynchronously while the
+    previous step runs, where the call's copy would not overlap it; several devices need
+    the batch split, which ``jit`` did more slowly.
+    """
+    if not mesh.single_replica:
+        return False
+    leaves = jax.tree.leaves(tree)
+    if not all(isinstance(leaf, np.ndarray) for leaf in leaves):
+        return False
+    in_place = mesh.devices[0].platform == "cpu"
+    copied = sum(leaf.nbytes for leaf in leaves if not (
+        in_place and leaf.flags.c_contiguous and leaf.ctypes.data % HOST_ALIGNMENT == 0))
+    return copied <= HOST_BATCH_BYTES
+
+
 def stack(batches: list[Batch]) -> Batch:
     """``K`` batches of one shape as one `Batch` with a leading ``[K]`` axis on every leaf.
 
@@ -104,8 +132,8 @@ def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
 
     A mask that repeats (the all-``True`` mask of full batches is one shared array) is
     transferred once and reused, so a full batch without sample weights costs only the
-    transfer of x and y. A small batch on one device stays on the host: the step's own
-    call transfers it, which is cheaper (`DeviceMesh.takes_host_batch`).
+    transfer of x and y. On one device, a small or aligned batch stays on the host: the
+    step's own call transfers it, which is cheaper (`takes_host_batch`).
 
     Args:
         batches: host `Batch` es: global batches, or with ``local`` this process's rows of
@@ -120,7 +148,7 @@ def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
     place = mesh.shard_local_batch if local else mesh.shard_batch
     last_mask: list[Any] = [None, None]  # (host mask, its device copy)
     for batch in batches:
-        if mesh.takes_host_batch(batch):
+        if takes_host_batch(mesh, batch):
             yield batch
             continue
         x, y, weight = place((batch.x, batch.y, batch.sample_weight), leading_axes=leading)

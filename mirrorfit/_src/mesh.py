@@ -30,9 +30,6 @@ from jax.sharding import PartitionSpec as P
 BATCH_AXIS = "batch"
 """Name of the mesh axis that replicas (and the global batch) are laid out along."""
 
-HOST_BATCH_BYTES = 1 << 20
-"""The largest batch (bytes, all leaves) a one-device step takes unplaced; `takes_host_batch`."""
-
 
 class DeviceMesh:
     """A 1-D mesh with one replica per device, and placement on it.
@@ -52,8 +49,6 @@ class DeviceMesh:
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
         self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
-        # One replica in one process: steps compile to plain jit and small batches go in
-        # unplaced (`compile_replica_fn`, `takes_host_batch`).
         self._single_replica = len(self._devices) == 1 and jax.process_count() == 1
 
     def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
@@ -69,6 +64,13 @@ class DeviceMesh:
     def devices(self) -> tuple[jax.Device, ...]:
         """The devices, one per replica, in mesh order."""
         return self._devices
+
+    @property
+    def single_replica(self) -> bool:
+        """One device in one process: steps compile to plain ``jax.jit``
+        (`compile_replica_fn`), and a step's call may take a host batch
+        (`mirrorfit._src.batch.takes_host_batch`)."""
+        return self._single_replica
 
     @property
     def mesh(self) -> Mesh:
@@ -137,23 +139,6 @@ class DeviceMesh:
             return jax.make_array_from_process_local_data(sharding, local, leaf.shape)
 
         return jax.tree.map(place, tree)
-
-    def takes_host_batch(self, tree: Any) -> bool:
-        """Whether the loops pass ``tree`` to a step as NumPy instead of placing it first.
-
-        True for a small batch (NumPy leaves, at most `HOST_BATCH_BYTES` in all) on a
-        one-device mesh in one process. ``jax.jit`` then transfers it in C++ as part of
-        the call, which on the CPU costs tens of microseconds, where ``jax.device_put``
-        costs 150-250 us of mostly Python per batch: ``fit`` at batch 32 ran about 1.4x
-        faster (``benchmarks/README.md``). Larger batches are placed ahead with
-        ``jax.device_put``, which copies asynchronously while the previous step runs;
-        several devices need the batch split, which ``jit`` did more slowly.
-        """
-        if not self._single_replica:
-            return False
-        leaves = jax.tree.leaves(tree)
-        return (all(isinstance(leaf, np.ndarray) for leaf in leaves)
-                and sum(leaf.nbytes for leaf in leaves) <= HOST_BATCH_BYTES)
 
     def shard_local_batch(self, tree: Any, *, leading_axes: int = 0) -> Any:
         """Places this process's rows of a global batch (one input pipeline per process).

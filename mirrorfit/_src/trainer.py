@@ -1,8 +1,9 @@
 """The trainer: fit/evaluate/predict loops, callbacks and progress, over compiled steps.
 
 It owns the host side of training. Every loop places the next batch on the devices while
-the current step runs (a small batch on one device is passed to the step as NumPy, whose
-call transfers it more cheaply: `DeviceMesh.takes_host_batch`), compiles its step through
+the current step runs (on one device, a small or aligned batch is passed to the step as
+NumPy, whose call transfers it more cheaply: `mirrorfit._src.batch.takes_host_batch`),
+compiles its step through
 `compile_per_replica` (the one compile path ``strategy.run`` uses too), and pushes each
 step's outputs to an `InFlight` bound, so at most two steps are queued: on the CPU backend
 with several devices, XLA's in-process all-reduce deadlocks when many collective executions
