@@ -120,7 +120,7 @@ def stack(batches: list[Batch]) -> Batch:
 
     def stack_leaves(*leaves):
         leaves = [np.asarray(leaf) for leaf in leaves]
-        out = host_buffer((len(leaves),) + leaves[0].shape, leaves[0].dtype)
+        out = host_buffer((len(leaves),) + leaves[0].shape, np.result_type(*leaves))
         return np.stack(leaves, out=out)
 
     return jax.tree.map(stack_leaves, *batches)
