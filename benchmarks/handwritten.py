@@ -216,6 +216,14 @@ class JitTrainer(Trainer):
         return jax.device_put((x, y), self.device)
 
 
+class NumpyJitTrainer(JitTrainer):
+    """`JitTrainer` passing its NumPy batches straight into the step, whose call transfers them
+    (what many Flax examples do): at one device on the CPU, the fastest hand loop we know."""
+
+    def _placed(self, x: np.ndarray, y: np.ndarray):
+        return x, y
+
+
 class _Inference:
     """Shared batching for evaluate/predict: ordered global batches, the last one padded and masked."""
 

@@ -71,9 +71,7 @@ def pieces(args: argparse.Namespace) -> dict:
     mesh = handwritten.make_mesh(d)
     shard_map_loop = handwritten.Trainer(workload, mesh, b)
     jit_loop = handwritten.JitTrainer(workload, b) if d == 1 else None
-    numpy_loop = handwritten.JitTrainer(workload, b) if d == 1 else None
-    if numpy_loop is not None:
-        numpy_loop._placed = lambda xs, ys: (xs, ys)  # jit transfers NumPy arguments itself
+    numpy_loop = handwritten.NumpyJitTrainer(workload, b) if d == 1 else None
     for runner in (fit1, fit0, shard_map_loop, jit_loop, numpy_loop):
         if runner is not None:
             runner.run(x[:b * 4 + b // 2], y[:b * 4 + b // 2], 1)  # compile, partial batch too

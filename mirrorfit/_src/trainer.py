@@ -3,11 +3,10 @@
 It owns the host side of training. Every loop places the next batch on the devices while
 the current step runs (on one device, a small or aligned batch is passed to the step as
 NumPy, whose call transfers it more cheaply: `mirrorfit._src.batch.takes_host_batch`),
-compiles its step through
-`compile_per_replica` (the one compile path ``strategy.run`` uses too), and pushes each
-step's outputs to an `InFlight` bound, so at most two steps are queued: on the CPU backend
-with several devices, XLA's in-process all-reduce deadlocks when many collective executions
-are queued ("Termination timeout for all reduce").
+compiles its step through `compile_per_replica` (the one compile path ``strategy.run`` uses
+too), and pushes each step's outputs to an `InFlight` bound, so at most two steps are
+queued: on the CPU backend with several devices, XLA's in-process all-reduce deadlocks when
+many collective executions are queued ("Termination timeout for all reduce").
 
 A source that runs user code (a generator, ``__getitem__``, a loader) is run ahead on a
 background thread (`mirrorfit._src.prefetch`). Arrays are gathered and placed on the calling
