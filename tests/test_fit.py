@@ -247,6 +247,7 @@ def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_t
     monkeypatch.setattr(batch_lib, "HOST_BATCH_BYTES", small.x.nbytes - 1)
     large = first(unaligned)
     assert isinstance(large.x, jax.Array) and large.x.sharding == one.batch_sharding
+    monkeypatch.setattr(batch_lib, "ALIGNED_MIN_BYTES", 0)  # align even this small data
     assert isinstance(first(X, shuffle=True).x, np.ndarray)  # gathered into aligned buffers
 
     # Trained on a device other than the default one, unplaced batches give the params the
@@ -269,9 +270,13 @@ def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_t
     jax.tree.map(np.testing.assert_array_equal, unplaced, placed)
 
 
-def test_gathered_and_stacked_batches_are_placed_on_a_cpu_device_without_a_copy():
+def test_gathered_and_stacked_batches_are_placed_on_a_cpu_device_without_a_copy(monkeypatch):
     # Shuffled array batches (one step or a steps_per_execution group) and stacked generator
-    # batches are built in 64-byte-aligned buffers, which XLA's CPU client uses in place.
+    # batches are built in 64-byte-aligned buffers, which XLA's CPU client uses in place;
+    # below ALIGNED_MIN_BYTES (all of this small data, so it is lowered) NumPy allocates them.
+    from mirrorfit._src import batch as batch_lib
+    monkeypatch.setattr(batch_lib, "ALIGNED_MIN_BYTES", 0)
+
     def generator():
         for start in range(0, 96, 32):
             yield X[start:start + 32], Y[start:start + 32]
