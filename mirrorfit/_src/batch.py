@@ -84,10 +84,13 @@ def host_buffer(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 def take_rows(a: np.ndarray, index: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``a[index]`` reshaped to ``shape + a.shape[1:]``, in a fresh `host_buffer`."""
+    rows = (len(index),) + a.shape[1:]
+    if len(index) * a.itemsize * math.prod(a.shape[1:]) < ALIGNED_MIN_BYTES:
+        return a.take(index, axis=0).reshape(shape + a.shape[1:])  # NumPy's own buffer
     out = host_buffer(shape + a.shape[1:], a.dtype)
     # mode="clip": with `out`, the default "raise" gathers into a temporary and copies it.
     # The indices are the adapter's own, always in range.
-    np.take(a, index, axis=0, out=out.reshape((len(index),) + a.shape[1:]), mode="clip")
+    a.take(index, axis=0, out=out.reshape(rows), mode="clip")
     return out
 
 
@@ -113,6 +116,8 @@ def takes_host_batch(mesh: Any, tree: Any) -> bool:
     leaves = jax.tree.leaves(tree)
     if not all(isinstance(leaf, np.ndarray) for leaf in leaves):
         return False
+    if sum(leaf.nbytes for leaf in leaves) <= HOST_BATCH_BYTES:
+        return True  # (reading each leaf's address costs microseconds per step)
     in_place = mesh.devices[0].platform == "cpu"
     copied = sum(leaf.nbytes for leaf in leaves if not (
         in_place and leaf.flags.c_contiguous and leaf.ctypes.data % HOST_ALIGNMENT == 0))
