@@ -25,8 +25,8 @@ plus XLA's CPU compute, which waiting for a shared core does not inflate):
 * the callbacks of one step: ``on_train_batch_begin`` and ``on_train_batch_end`` with the
   progress bar (writing to ``os.devnull``) and ``History``.
 
-It reads mirrorfit internals (``Model.trainer``, ``Model.state``, ``mirrorfit._src.batch``,
-``mirrorfit._src.data_adapters``, ``mirrorfit._src.callbacks``): it is a diagnosis tool,
+It reads mirrorfit internals (``Model.trainer``, ``Model.state``, ``mirrorfit._src.distribute.batch``,
+``mirrorfit._src.trainers.data_adapters``, ``mirrorfit._src.callbacks.callback``): it is a diagnosis tool,
 update it with the trainer.
 """
 
@@ -56,10 +56,10 @@ def pieces(args: argparse.Namespace) -> dict:
 
     import handwritten
     from frameworks import MirrorfitRunner
-    from mirrorfit._src.batch import place_batches
-    from mirrorfit._src.callbacks import CallbackList, History, LazyLogs
-    from mirrorfit._src.data_adapters import ArrayDataAdapter
-    from mirrorfit._src.progbar import ProgbarLogger
+    from mirrorfit._src.distribute.batch import place_batches
+    from mirrorfit._src.callbacks.callback import CallbackList, History, LazyLogs
+    from mirrorfit._src.trainers.data_adapters import ArrayDataAdapter
+    from mirrorfit._src.callbacks.progbar import ProgbarLogger
     from synthetic import make_data
     from workloads import get_workload
 

@@ -1,17 +1,17 @@
 """Keras-style callbacks (public re-exports)."""
 
-from mirrorfit._src.callbacks import Callback as Callback
-from mirrorfit._src.callbacks import History as History
-from mirrorfit._src.progbar import ProgbarLogger as ProgbarLogger
-from mirrorfit._src.checkpoint_callbacks import BackupAndRestore as BackupAndRestore
-from mirrorfit._src.checkpoint_callbacks import ModelCheckpoint as ModelCheckpoint
-from mirrorfit._src.logging_callbacks import CSVLogger as CSVLogger
-from mirrorfit._src.stopping_callbacks import EarlyStopping as EarlyStopping
-from mirrorfit._src.logging_callbacks import LambdaCallback as LambdaCallback
-from mirrorfit._src.lr_callbacks import LearningRateScheduler as LearningRateScheduler
-from mirrorfit._src.lr_callbacks import ReduceLROnPlateau as ReduceLROnPlateau
-from mirrorfit._src.logging_callbacks import TensorBoard as TensorBoard
-from mirrorfit._src.stopping_callbacks import TerminateOnNaN as TerminateOnNaN
+from mirrorfit._src.callbacks.callback import Callback as Callback
+from mirrorfit._src.callbacks.callback import History as History
+from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
+from mirrorfit._src.callbacks.checkpoint import BackupAndRestore as BackupAndRestore
+from mirrorfit._src.callbacks.checkpoint import ModelCheckpoint as ModelCheckpoint
+from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
+from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
+from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
+from mirrorfit._src.callbacks.learning_rate import LearningRateScheduler as LearningRateScheduler
+from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLROnPlateau
+from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
+from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 
 __all__ = [
     "BackupAndRestore",

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from mirrorfit._src.failfast import PEER_FAILED_EXIT_CODE
+from mirrorfit._src.distribute.multi_worker.failfast import PEER_FAILED_EXIT_CODE
 
 GRACE_SECONDS = 5.0  # after a failure, how long the other processes get to stop on their own
 _DEVICE_FLAG = re.compile(r"--xla_force_host_platform_device_count(=\S*)?")

@@ -3,8 +3,8 @@
 A tf.keras model definition ports by renaming ``tf.keras.layers`` to ``mirrorfit.layers``.
 """
 
-from mirrorfit._src.functional import Input as Input
-from mirrorfit._src.functional import KerasTensor as KerasTensor
+from mirrorfit._src.layers.functional import Input as Input
+from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
 from mirrorfit._src.layers.attention import MultiHeadAttention as MultiHeadAttention
 from mirrorfit._src.layers.base import Layer as Layer
 from mirrorfit._src.layers.convolutional import Conv1D as Conv1D
@@ -35,9 +35,9 @@ from mirrorfit._src.layers.pooling import MaxPooling2D as MaxPooling2D
 from mirrorfit._src.layers.recurrent import GRU as GRU
 from mirrorfit._src.layers.recurrent import LSTM as LSTM
 from mirrorfit._src.layers.recurrent import SimpleRNN as SimpleRNN
-from mirrorfit._src.regularizers import L1 as L1
-from mirrorfit._src.regularizers import L1L2 as L1L2
-from mirrorfit._src.regularizers import L2 as L2
+from mirrorfit._src.layers.regularizers import L1 as L1
+from mirrorfit._src.layers.regularizers import L1L2 as L1L2
+from mirrorfit._src.layers.regularizers import L2 as L2
 from mirrorfit._src.layers.reshaping import Flatten as Flatten
 from mirrorfit._src.layers.reshaping import Permute as Permute
 from mirrorfit._src.layers.reshaping import Reshape as Reshape

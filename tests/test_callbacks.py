@@ -20,7 +20,7 @@ from tensorboardX.proto import event_pb2
 from tensorboardX.record_writer import masked_crc32c
 
 import mirrorfit as mf
-from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
 
 ROWS, BATCH = 72, 16  # 5 steps per epoch, the last one partial (8 rows)
 STEPS = math.ceil(ROWS / BATCH)

@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
 
 def _layers(out: int = 3):
     return [nn.Dense(8), nn.BatchNorm(), nn.relu, nn.Dense(out), nn.softmax]

@@ -1,7 +1,7 @@
 """Cluster configuration, its checks, and the roll call: all before JAX is touched.
 
-These run in the test process: `mirrorfit._src.cluster.resolve` and
-`mirrorfit._src.rendezvous.roll_call` raise before ``jax.distributed`` starts. The jobs that
+These run in the test process: `mirrorfit._src.distribute.multi_worker.cluster.resolve` and
+`mirrorfit._src.distribute.multi_worker.rendezvous.roll_call` raise before ``jax.distributed`` starts. The jobs that
 do start are in tests/test_multi_worker.py.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import launch
-from mirrorfit._src import cluster, rendezvous
+from mirrorfit._src.distribute.multi_worker import cluster, rendezvous
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.checkpoint import CheckpointError
+from mirrorfit._src.saving.checkpoint import CheckpointError
 
 
 def _state(strategy, scale=1.0):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src import batch as batch_lib
-from mirrorfit._src import data_adapters as data_lib
+from mirrorfit._src.distribute import batch as batch_lib
+from mirrorfit._src.trainers import data_adapters as data_lib
 
 
 def _real_rows(batches, leaf=lambda b: b.x):

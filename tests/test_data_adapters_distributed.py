@@ -15,8 +15,8 @@ import pytest
 from data_adapter_helpers import X, Y, batches, count_step_compiles, make_model
 
 import mirrorfit as mf
-from mirrorfit._src import data_adapters
-from mirrorfit._src.data_adapters.distributed_dataset_adapter import _exactly
+from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.trainers.data_adapters.distributed_dataset_adapter import _exactly
 
 REPLICAS, GLOBAL_BATCH, EPOCHS = 8, 16, 2
 

@@ -7,7 +7,7 @@ import pytest
 from data_adapter_helpers import BATCH, RecordSteps, X, Y, batches, make_model
 
 import mirrorfit as mf
-from mirrorfit._src.checks import MirrorfitWarning
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 RAN_OUT = "Your input ran out of data; interrupting training"
 

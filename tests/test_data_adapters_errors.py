@@ -5,7 +5,7 @@ import pytest
 from data_adapter_helpers import BATCH, X, Y, batches
 
 import mirrorfit as mf
-from mirrorfit._src import data_adapters
+from mirrorfit._src.trainers import data_adapters
 
 
 class OneBatch(mf.utils.PyDataset):

@@ -8,8 +8,8 @@ Two processes given different arrays are tested in tests/test_multi_worker.py
 import numpy as np
 from data_adapter_helpers import X, Y, batches
 
-from mirrorfit._src import data_adapters
-from mirrorfit._src.data_adapters.array_data_adapter import (
+from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.trainers.data_adapters.array_data_adapter import (
     FINGERPRINT_ROWS,
     fingerprint,
 )

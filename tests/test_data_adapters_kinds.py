@@ -21,7 +21,7 @@ from data_adapter_helpers import (
 )
 
 import mirrorfit as mf
-from mirrorfit._src import data_adapters
+from mirrorfit._src.trainers import data_adapters
 
 EPOCHS = 2
 

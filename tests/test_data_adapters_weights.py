@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from data_adapter_helpers import BATCH, NUM_CLASSES, W, X, Y, make_model
 
-from mirrorfit._src.data_adapters.class_weight import (
+from mirrorfit._src.trainers.data_adapters.class_weight import (
     check_class_weight,
     class_weights_to_sample_weights,
 )

@@ -18,8 +18,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src import checkpoint as checkpoint_lib
-from mirrorfit._src import checkpoint_files
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint_files
 
 ROWS, BATCH = 40, 8  # 5 steps per epoch
 

@@ -17,7 +17,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.checks import MirrorfitWarning
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 NUM_FEATURES, NUM_CLASSES, N, BATCH = 5, 4, 40, 12  # 4 steps, the last one 4 rows (padded)
 _rng = np.random.default_rng(7)

@@ -19,9 +19,9 @@ import pytest
 from data_adapter_helpers import count_step_compiles  # "Compiling jit(step)" records
 
 import mirrorfit as mf
-from mirrorfit._src import data_adapters
-from mirrorfit._src.batch import place_batches
-from mirrorfit._src import strategy as strategy_lib
+from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.distribute.batch import place_batches
+from mirrorfit._src.distribute import strategy as strategy_lib
 
 NUM_FEATURES, NUM_CLASSES = 12, 4
 _rng = np.random.default_rng(0)
@@ -230,7 +230,7 @@ def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_t
     # One device: a batch of at most HOST_BATCH_BYTES, or one in aligned buffers on a CPU
     # device, goes into the step unplaced (its call transfers it); other large batches and
     # several replicas are placed on the mesh first.
-    from mirrorfit._src import batch as batch_lib
+    from mirrorfit._src.distribute import batch as batch_lib
     raw = batch_lib.host_buffer((X.size + 1,), np.float32)
     unaligned = raw[1:].reshape(X.shape)  # 4 bytes past a 64-byte boundary
     unaligned[:] = X
@@ -274,7 +274,7 @@ def test_gathered_and_stacked_batches_are_placed_on_a_cpu_device_without_a_copy(
     # Shuffled array batches (one step or a steps_per_execution group) and stacked generator
     # batches are built in 64-byte-aligned buffers, which XLA's CPU client uses in place;
     # below ALIGNED_MIN_BYTES (all of this small data, so it is lowered) NumPy allocates them.
-    from mirrorfit._src import batch as batch_lib
+    from mirrorfit._src.distribute import batch as batch_lib
     monkeypatch.setattr(batch_lib, "ALIGNED_MIN_BYTES", 0)
 
     def generator():

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src import sequential
+from mirrorfit._src.layers import sequential
 
 L = mf.layers
 RNG = np.random.default_rng(7)

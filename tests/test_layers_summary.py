@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src import functional, sequential
+from mirrorfit._src.layers import functional, sequential
 from mirrorfit._src.layers import summary
 
 

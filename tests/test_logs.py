@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics import f1_score
 
 import mirrorfit as mf
-from mirrorfit._src.callbacks import format_value
+from mirrorfit._src.callbacks.callback import format_value
 
 
 @pytest.mark.parametrize("value, shown", [(0.12345, "0.1235"), (1e-5, "1.0000e-05"),

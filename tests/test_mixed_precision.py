@@ -15,8 +15,8 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import mirrorfit as mf
-from mirrorfit._src import data_adapters
-from mirrorfit._src.batch import place_batches
+from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.distribute.batch import place_batches
 from test_resume import _backup_steps, _finish, _result, _start
 
 LSO = mf.optimizers.LossScaleOptimizer

@@ -73,7 +73,7 @@ def test_optimizer_learning_rate_set_applies_next_step_without_recompile(allclos
 
 
 def _placed_args(model):
-    from mirrorfit._src.batch import place_batches
+    from mirrorfit._src.distribute.batch import place_batches
 
     data = model._adapter_for(X, Y, None, 13)
     batch = next(place_batches(data.batches(0), model.strategy))

@@ -303,7 +303,7 @@ def test_launcher_kills_all_and_returns_first_nonzero_exit_code(tmp_path):
 
 
 def test_gloo_connection_lines_are_dropped_even_when_interleaved():
-    from mirrorfit._src.worker_output import _without_gloo
+    from mirrorfit._src.distribute.multi_worker.worker_output import _without_gloo
 
     message = b"is connected to 3 peer ranks. Expected number of connected peer ranks is : 3"
     assert _without_gloo(b"[Gloo] Rank 0 " + message) == b""

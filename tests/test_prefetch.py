@@ -10,7 +10,7 @@ import pytest
 from data_adapter_helpers import BATCH, X, Y, batches, make_model
 
 import mirrorfit as mf
-from mirrorfit._src import prefetch as prefetch_lib
+from mirrorfit._src.trainers import prefetch as prefetch_lib
 
 
 def prefetch_thread_alive() -> bool:

@@ -1,7 +1,7 @@
 """Keras-style callbacks: the `Callback` hooks, the list that dispatches them, `History`, and
 the helpers the Keras callback set shares (monitor comparison, save frequency, step count).
 
-The Keras set builds on this module: `mirrorfit._src.progbar` (the progress bar),
+The Keras set builds on this module: `mirrorfit._src.callbacks.progbar` (the progress bar),
 `stopping_callbacks`, `lr_callbacks`, `logging_callbacks` and `checkpoint_callbacks`.
 
 Batch hooks receive `LazyLogs`: a read-only mapping over the step's device values that
@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.checks import is_int
+from mirrorfit._src.utils.checks import is_int
 
 _HOOKS = (
     "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",

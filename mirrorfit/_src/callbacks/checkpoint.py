@@ -1,7 +1,7 @@
 """Checkpointing callbacks: `ModelCheckpoint` (Keras') and `BackupAndRestore`, which resumes an
 interrupted ``fit`` at the exact step.
 
-Both write with `mirrorfit._src.checkpoint` (orbax, atomic, checksummed). A backup is the
+Both write with `mirrorfit._src.saving.checkpoint` (orbax, atomic, checksummed). A backup is the
 training state plus the trainer's position (`Progress`: epoch, step in the epoch, metric
 statistics), the epoch's shuffle order and the history; restoring it assigns the model's state
 (``Model.assign_state``) and calls ``Trainer.resume_from`` in ``on_train_begin``, from which
@@ -19,11 +19,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.checks import MirrorfitWarning
-from mirrorfit._src import checkpoint as checkpoint_lib
-from mirrorfit._src import checkpoint_files, fingerprint
-from mirrorfit._src.callbacks import Callback, StepCounter, check_save_freq, chief_print, monitor_op
-from mirrorfit._src.trainer import ResumePoint
+from mirrorfit._src.utils.checks import MirrorfitWarning
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint_files
+from mirrorfit._src.trainers import fingerprint
+from mirrorfit._src.callbacks.callback import Callback, StepCounter, check_save_freq, chief_print, monitor_op
+from mirrorfit._src.trainers.trainer import ResumePoint
 
 
 class ModelCheckpoint(Callback):
@@ -109,7 +110,7 @@ class BackupAndRestore(Callback):
     as a run that was never interrupted (array inputs, or a re-iterable input that yields
     the same batches every epoch).
 
-    Writes are atomic (see `mirrorfit._src.checkpoint`) and the two newest backups are
+    Writes are atomic (see `mirrorfit._src.saving.checkpoint`) and the two newest backups are
     kept: a damaged newest backup (a file or its metadata fails its checksum) is skipped with
     a warning and the previous one is used.
 
@@ -137,7 +138,7 @@ class BackupAndRestore(Callback):
     Raises:
         ValueError: in ``fit``, for a ``backup_dir`` holding files but no backup, or a backup
             whose fingerprints differ from the run's (``strict=True``).
-        mirrorfit._src.checkpoint.NewerFormatError: in ``fit``, for a backup written by a
+        mirrorfit._src.saving.checkpoint.NewerFormatError: in ``fit``, for a backup written by a
             newer mirrorfit.
 
     Example:

@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.checks import MirrorfitWarning
-from mirrorfit._src.callbacks import Callback, chief_print, monitor_op
+from mirrorfit._src.utils.checks import MirrorfitWarning
+from mirrorfit._src.callbacks.callback import Callback, chief_print, monitor_op
 
 NO_LEARNING_RATE = (
     "{name} needs an optimizer whose learning rate lives in its state: a mirrorfit optimizer "

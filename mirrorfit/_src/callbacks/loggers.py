@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.callbacks import _HOOKS, Callback, StepCounter, check_save_freq
+from mirrorfit._src.callbacks.callback import _HOOKS, Callback, StepCounter, check_save_freq
 
 class CSVLogger(Callback):
     """Streams epoch logs to a CSV file: a header ``epoch,<sorted log keys>``, one row per epoch.

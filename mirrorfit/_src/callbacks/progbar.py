@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import jax
 from tqdm.auto import tqdm
 
-from mirrorfit._src.callbacks import Callback, format_value
+from mirrorfit._src.callbacks.callback import Callback, format_value
 
 
 def _format(logs: Mapping[str, float]) -> str:

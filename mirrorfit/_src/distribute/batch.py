@@ -150,7 +150,7 @@ def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
     Args:
         batches: host `Batch` es: global batches, or with ``local`` this process's rows of
             each global batch.
-        mesh: the `mirrorfit._src.mesh.DeviceMesh` to place them on.
+        mesh: the `mirrorfit._src.distribute.mesh.DeviceMesh` to place them on.
         stacked: whether the batches carry a leading ``[K]`` axis (``steps_per_execution``).
         local: whether each process passes only its own rows (one input pipeline per
             process; `DeviceMesh.shard_local_batch`) rather than the whole global batch

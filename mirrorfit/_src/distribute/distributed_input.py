@@ -8,7 +8,7 @@ never get ragged or empty shards. The next batch is placed on the devices before
 current one is handed out, so its transfer overlaps the caller's step.
 
 ``model.fit``, ``evaluate`` and ``predict`` take a `DistributedDataset` as well
-(``mirrorfit._src.data_adapters.distributed_dataset_adapter``): they read its host batches
+(``mirrorfit._src.trainers.data_adapters.distributed_dataset_adapter``): they read its host batches
 and pad, mask and place them through the input layer, like any other source.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.batch import pad_rows, padded_size, real_rows_mask
-from mirrorfit._src.mesh import DeviceMesh
-from mirrorfit._src.values import register_mask
+from mirrorfit._src.distribute.batch import pad_rows, padded_size, real_rows_mask
+from mirrorfit._src.distribute.mesh import DeviceMesh
+from mirrorfit._src.distribute.values import register_mask
 
 
 class InputContext:

@@ -13,8 +13,8 @@ from typing import Any
 
 import optax
 
-from mirrorfit._src.replica_context import get_replica_context
-from mirrorfit._src.values import ReduceOp
+from mirrorfit._src.distribute.replica_context import get_replica_context
+from mirrorfit._src.distribute.values import ReduceOp
 
 
 def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_state: Any,

@@ -69,7 +69,7 @@ class DeviceMesh:
     def single_replica(self) -> bool:
         """One device in one process: steps compile to plain ``jax.jit``
         (`compile_replica_fn`), and a step's call may take a host batch
-        (`mirrorfit._src.batch.takes_host_batch`)."""
+        (`mirrorfit._src.distribute.batch.takes_host_batch`)."""
         return self._single_replica
 
     @property

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.values import Mirrored, PerReplica
+from mirrorfit._src.distribute.values import Mirrored, PerReplica
 
 ENV_FLAG = "MIRRORFIT_CHECK_MIRRORED"
 

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.mesh import BATCH_AXIS
-from mirrorfit._src.values import ReduceOp
+from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.distribute.values import ReduceOp
 
 _current = threading.local()
 

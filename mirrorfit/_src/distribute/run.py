@@ -25,10 +25,10 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src import mirrored_outputs
-from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
-from mirrorfit._src.replica_context import ReplicaContext, replica_context
-from mirrorfit._src.values import Mirrored, PerReplica, ReduceOp, batch_mask, unwrap_mirrored
+from mirrorfit._src.distribute import mirrored_outputs
+from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
+from mirrorfit._src.distribute.replica_context import ReplicaContext, replica_context
+from mirrorfit._src.distribute.values import Mirrored, PerReplica, ReduceOp, batch_mask, unwrap_mirrored
 
 _STATIC = (bool, int, float, complex, str, type(None))
 

@@ -1,14 +1,14 @@
 """`MirroredStrategy`: the tf.distribute-style front end over the device mesh.
 
-`mirrorfit._src.mesh.DeviceMesh` owns devices, the mesh, placement and compiling; this
+`mirrorfit._src.distribute.mesh.DeviceMesh` owns devices, the mesh, placement and compiling; this
 module adds what ``tf.distribute.MirroredStrategy`` users call:
 
 * the scope stack (`MirroredStrategy.scope`, `get_strategy`): "created inside
   ``strategy.scope()``" decides where a model's variables are mirrored;
 * `MirroredStrategy.replicate`, which returns `Mirrored` values;
 * custom loops: ``run``, ``reduce``, ``gather`` and ``experimental_local_results``
-  (`mirrorfit._src.run`), ``experimental_distribute_dataset`` and
-  ``distribute_datasets_from_function`` (`mirrorfit._src.distributed_input`).
+  (`mirrorfit._src.distribute.run`), ``experimental_distribute_dataset`` and
+  ``distribute_datasets_from_function`` (`mirrorfit._src.distribute.distributed_input`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 
 import jax
 
-from mirrorfit._src import distributed_input
-from mirrorfit._src.checks import MirrorfitWarning
-from mirrorfit._src.mesh import DeviceMesh
-from mirrorfit._src.run import Runner
-from mirrorfit._src.values import Mirrored, unwrap_mirrored
+from mirrorfit._src.distribute import distributed_input
+from mirrorfit._src.utils.checks import MirrorfitWarning
+from mirrorfit._src.distribute.mesh import DeviceMesh
+from mirrorfit._src.distribute.run import Runner
+from mirrorfit._src.distribute.values import Mirrored, unwrap_mirrored
 
 _scope_stack = threading.local()
 _warned_outside_scope = False
@@ -118,7 +118,7 @@ class MirroredStrategy(DeviceMesh):
             A pytree ``fn`` returns wrapped in ``mf.Mirrored`` (a value every replica
             computes identically, e.g. params after `mirrorfit.apply_gradients`) comes back
             with `Mirrored` leaves instead; ``MIRRORFIT_CHECK_MIRRORED=1`` verifies that they
-            agree across replicas (`mirrorfit._src.mirrored_outputs`).
+            agree across replicas (`mirrorfit._src.distribute.mirrored_outputs`).
 
         Raises:
             TypeError: if ``fn`` is not callable or ``args`` is not a tuple.

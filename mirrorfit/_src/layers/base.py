@@ -27,8 +27,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src import functional
-from mirrorfit._src import regularizers
+from mirrorfit._src.layers import functional
+from mirrorfit._src.layers import regularizers
 from mirrorfit._src.layers import activations, initializers
 
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)

@@ -12,8 +12,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from mirrorfit._src import functional, sequential
-from mirrorfit._src.functional import KerasTensor
+from mirrorfit._src.layers import functional, sequential
+from mirrorfit._src.layers.functional import KerasTensor
 from mirrorfit._src.layers import activations, base
 from mirrorfit._src.layers.core import Activation
 
@@ -100,7 +100,7 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
 
     Example:
         >>> import json
-        >>> from mirrorfit._src.functional import functional_module
+        >>> from mirrorfit._src.layers.functional import functional_module
         >>> module = functional_module(x := Input((3,)), Dense(2)(x))
         >>> text = json.dumps(functional_config(module))
         >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``

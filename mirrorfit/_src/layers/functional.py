@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from mirrorfit._src.naming import snake_case
+from mirrorfit._src.utils.naming import snake_case
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
 _NODE_SERIALS = itertools.count()

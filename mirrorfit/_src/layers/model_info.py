@@ -11,8 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.functional import FunctionalModule, KerasTensor
-from mirrorfit._src.sequential import SequentialModule
+from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor
+from mirrorfit._src.layers.sequential import SequentialModule
 
 
 def model_layers(module: nn.Module) -> list[tuple[str, Any]]:

@@ -18,7 +18,7 @@ from jax import lax
 from mirrorfit._src.layers import initializers
 from mirrorfit._src.layers.base import Layer, register
 
-REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.strategy.BATCH_AXIS)
+REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.distribute.strategy.BATCH_AXIS)
 BATCH_STATS = "batch_stats"
 
 

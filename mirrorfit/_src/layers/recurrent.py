@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src import regularizers
+from mirrorfit._src.layers import regularizers
 from mirrorfit._src.layers import activations, initializers
 from mirrorfit._src.layers.base import LOSSES, Layer, register
 

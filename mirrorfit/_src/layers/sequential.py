@@ -8,7 +8,7 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.functional import Input, KerasTensor, assign_names, mode_kwargs
+from mirrorfit._src.layers.functional import Input, KerasTensor, assign_names, mode_kwargs
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

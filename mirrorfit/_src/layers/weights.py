@@ -52,7 +52,7 @@ def keras_weight_order(module: nn.Module, variables: dict[str, Any]) -> list[Wei
         TypeError: ``module`` is not a functional or sequential module.
 
     Example:
-        >>> from mirrorfit._src.sequential import sequential_module
+        >>> from mirrorfit._src.layers.sequential import sequential_module
         >>> module, _ = sequential_module([Input((3,)), Dense(2), BatchNormalization()])
         >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
         >>> ["/".join(p) for _, p in keras_weight_order(module, variables)][:3]

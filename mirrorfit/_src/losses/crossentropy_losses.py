@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from mirrorfit._src.loss import EPSILON, LossFunctionWrapper, squeeze_or_expand_to_same_rank
+from mirrorfit._src.losses.loss import EPSILON, LossFunctionWrapper, squeeze_or_expand_to_same_rank
 
 RANGE_TOLERANCE = 1e-3
 """Outputs below ``-RANGE_TOLERANCE`` or above ``1 + RANGE_TOLERANCE`` are not probabilities."""

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.naming import snake_case
+from mirrorfit._src.utils.naming import snake_case
 
 EPSILON = 1e-7
 """Keras backend epsilon (``keras.config.epsilon()``) used to clip probabilities."""

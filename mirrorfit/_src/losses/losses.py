@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src import crossentropy_losses as ce
-from mirrorfit._src import regression_losses as rl
-from mirrorfit._src.crossentropy_losses import (
+from mirrorfit._src.losses import crossentropy_losses as ce
+from mirrorfit._src.losses import regression_losses as rl
+from mirrorfit._src.losses.crossentropy_losses import (
     NOT_PROBABILITIES_WARNING as NOT_PROBABILITIES_WARNING,
 )
-from mirrorfit._src.loss import Loss, LossFn, PerExampleLoss
+from mirrorfit._src.losses.loss import Loss, LossFn, PerExampleLoss
 
 LOSS_CLASSES: tuple[type[Loss], ...] = (
     ce.BinaryCrossentropy, ce.BinaryFocalCrossentropy, ce.CategoricalCrossentropy,

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from mirrorfit._src.loss import EPSILON, LossFunctionWrapper, squeeze_or_expand_to_same_rank
+from mirrorfit._src.losses.loss import EPSILON, LossFunctionWrapper, squeeze_or_expand_to_same_rank
 
 _DEFAULT = "sum_over_batch_size"
 

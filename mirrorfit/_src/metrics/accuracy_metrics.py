@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.loss import squeeze_or_expand_to_same_rank
-from mirrorfit._src.reduction_metrics import MeanMetricWrapper
+from mirrorfit._src.losses.loss import squeeze_or_expand_to_same_rank
+from mirrorfit._src.metrics.reduction_metrics import MeanMetricWrapper
 
 
 def accuracy(y_true: jax.Array, y_pred: jax.Array) -> jax.Array:

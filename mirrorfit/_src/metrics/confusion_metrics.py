@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.loss import EPSILON, squeeze_or_expand_to_same_rank
-from mirrorfit._src.metric import Metric, array_namespace, divide_no_nan
+from mirrorfit._src.losses.loss import EPSILON, squeeze_or_expand_to_same_rank
+from mirrorfit._src.metrics.metric import Metric, array_namespace, divide_no_nan
 
 NEG_INF = -1e10
 """Keras' score for classes outside the top ``k``, and the default threshold with ``top_k``."""

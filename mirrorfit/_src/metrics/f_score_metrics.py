@@ -11,8 +11,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.loss import EPSILON
-from mirrorfit._src.metric import Metric, array_namespace, weighted_sum
+from mirrorfit._src.losses.loss import EPSILON
+from mirrorfit._src.metrics.metric import Metric, array_namespace, weighted_sum
 
 _AVERAGES = (None, "micro", "macro", "weighted")
 

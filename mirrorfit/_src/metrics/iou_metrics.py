@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.loss import EPSILON
-from mirrorfit._src.metric import Metric, array_namespace
+from mirrorfit._src.losses.loss import EPSILON
+from mirrorfit._src.metrics.metric import Metric, array_namespace
 
 
 class IoU(Metric):

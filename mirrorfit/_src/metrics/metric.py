@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.naming import snake_case
-from mirrorfit._src.values import Mirrored, PerReplica, batch_mask
+from mirrorfit._src.utils.naming import snake_case
+from mirrorfit._src.distribute.values import Mirrored, PerReplica, batch_mask
 
 Stats = Any  # A pytree of arrays holding sums over examples.
 MetricFn = Callable[[jax.Array, jax.Array], jax.Array]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src import accuracy_metrics as acc
-from mirrorfit._src import confusion_metrics as cm
-from mirrorfit._src import f_score_metrics as fs
-from mirrorfit._src import iou_metrics as iou
-from mirrorfit._src import reduction_metrics as red
-from mirrorfit._src import regression_metrics as reg
-from mirrorfit._src.metric import Metric, MetricFn
-from mirrorfit._src.naming import snake_case
+from mirrorfit._src.metrics import accuracy_metrics as acc
+from mirrorfit._src.metrics import confusion_metrics as cm
+from mirrorfit._src.metrics import f_score_metrics as fs
+from mirrorfit._src.metrics import iou_metrics as iou
+from mirrorfit._src.metrics import reduction_metrics as red
+from mirrorfit._src.metrics import regression_metrics as reg
+from mirrorfit._src.metrics.metric import Metric, MetricFn
+from mirrorfit._src.utils.naming import snake_case
 
 METRIC_CLASSES: tuple[type[Metric], ...] = (
     red.Mean, red.Sum, red.MeanMetricWrapper,

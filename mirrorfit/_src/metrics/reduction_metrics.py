@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.metric import Metric, MetricFn, divide_no_nan, weighted_sum
+from mirrorfit._src.metrics.metric import Metric, MetricFn, divide_no_nan, weighted_sum
 
 
 def _per_example(values: jax.Array) -> jax.Array:

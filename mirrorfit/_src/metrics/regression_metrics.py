@@ -12,9 +12,9 @@ from typing import Any
 
 import jax
 
-from mirrorfit._src import crossentropy_losses as ce
-from mirrorfit._src import regression_losses as rl
-from mirrorfit._src.reduction_metrics import MeanMetricWrapper
+from mirrorfit._src.losses import crossentropy_losses as ce
+from mirrorfit._src.losses import regression_losses as rl
+from mirrorfit._src.metrics.reduction_metrics import MeanMetricWrapper
 
 
 class MeanSquaredError(MeanMetricWrapper):

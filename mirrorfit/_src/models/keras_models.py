@@ -17,13 +17,13 @@ import flax.linen as nn
 import jax
 import optax
 
-from mirrorfit._src import functional
-from mirrorfit._src.functional import FunctionalModule
+from mirrorfit._src.layers import functional
+from mirrorfit._src.layers.functional import FunctionalModule
 from mirrorfit._src.layers import config as config_lib
 from mirrorfit._src.layers import model_info
 from mirrorfit._src.layers import summary as summary_lib
-from mirrorfit._src.modules import KerasSequential
-from mirrorfit._src.sequential import SequentialModule
+from mirrorfit._src.modules.adapters import KerasSequential
+from mirrorfit._src.layers.sequential import SequentialModule
 
 
 def is_layers_model(module: Any) -> bool:

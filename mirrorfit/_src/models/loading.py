@@ -4,8 +4,8 @@ file).
 It sits above the facade: it constructs a `Model` from the stored input spec, seed and dtype
 policy (and the module, when it is given, found in ``custom_objects``, or stored as the
 architecture of a model of ``mirrorfit.layers``), compiles it with the stored compile
-configuration (`mirrorfit._src.saved_config`), and restores the training state through
-`mirrorfit._src.checkpoint`.
+configuration (`mirrorfit._src.saving.saved_config`), and restores the training state through
+`mirrorfit._src.saving.checkpoint`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mirrorfit._src import checkpoint as checkpoint_lib
-from mirrorfit._src import keras_archive, saved_config
-from mirrorfit._src.keras_models import from_architecture
-from mirrorfit._src.model import Model
-from mirrorfit._src.sequential_model import module_of
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import keras_archive, saved_config
+from mirrorfit._src.models.keras_models import from_architecture
+from mirrorfit._src.models.model import Model
+from mirrorfit._src.models.sequential import module_of
 
 
 def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = None,

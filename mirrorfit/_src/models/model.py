@@ -4,10 +4,10 @@ The model owns its `TrainState` (mirrored on the devices of the strategy that wa
 it was created): `Model.state` is its only write path, and callbacks and checkpoints change it
 through `Model.assign_state`. It holds no training logic of its own. As in Keras 3, where
 ``Model`` inherits ``Trainer``, its other faces are mixins, one module each:
-`mirrorfit._src.training_api.TrainingAPI` (compile/fit/evaluate/predict),
-`mirrorfit._src.model_hooks.ModelHooks` (compute_loss/train_step/test_step),
-`mirrorfit._src.model_calls.ModelCalls` (``model(x)``, ``*_on_batch``, ``optimizer``) and
-`mirrorfit._src.weights.ModelVariables` (weights, saving, summary).
+`mirrorfit._src.trainers.training_api.TrainingAPI` (compile/fit/evaluate/predict),
+`mirrorfit._src.trainers.model_hooks.ModelHooks` (compute_loss/train_step/test_step),
+`mirrorfit._src.models.model_calls.ModelCalls` (``model(x)``, ``*_on_batch``, ``optimizer``) and
+`mirrorfit._src.models.weights.ModelVariables` (weights, saving, summary).
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src import input_checks, input_spec
-from mirrorfit._src import mixed_precision
-from mirrorfit._src.callbacks import History
-from mirrorfit._src.keras_models import ModelLayers, model_module
-from mirrorfit._src.model_calls import ModelCalls
-from mirrorfit._src.model_hooks import ModelHooks
-from mirrorfit._src.modules import adapt
-from mirrorfit._src.state import TrainState, create_state, require_state
-from mirrorfit._src.strategy import get_strategy, warn_if_outside_scope
-from mirrorfit._src.trainer import Trainer
-from mirrorfit._src.training_api import TrainingAPI
-from mirrorfit._src.weights import ModelVariables
+from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.modules import input_spec
+from mirrorfit._src.modules import mixed_precision
+from mirrorfit._src.callbacks.callback import History
+from mirrorfit._src.models.keras_models import ModelLayers, model_module
+from mirrorfit._src.models.model_calls import ModelCalls
+from mirrorfit._src.trainers.model_hooks import ModelHooks
+from mirrorfit._src.modules.adapters import adapt
+from mirrorfit._src.trainers.state import TrainState, create_state, require_state
+from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
+from mirrorfit._src.trainers.trainer import Trainer
+from mirrorfit._src.trainers.training_api import TrainingAPI
+from mirrorfit._src.models.weights import ModelVariables
 
 
 class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):

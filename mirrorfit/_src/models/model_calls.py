@@ -17,10 +17,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.data_adapters.array_data_adapter import num_rows
-from mirrorfit._src.optimizer_handle import OptimizerHandle
-from mirrorfit._src.sown_losses import loss_values
-from mirrorfit._src.state import require_state
+from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
+from mirrorfit._src.models.optimizer_handle import OptimizerHandle
+from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.trainers.state import require_state
 
 
 class ModelCalls:

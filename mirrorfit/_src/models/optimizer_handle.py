@@ -3,7 +3,7 @@
 `OptimizerHandle` joins the optimizer given to ``compile`` (its ``get_config``) with the
 model's training state, where the live values are: the learning rate is
 ``opt_state.hyperparams["learning_rate"]`` (read and written through
-`mirrorfit._src.lr_callbacks`, so a new rate applies at the next step without recompiling)
+`mirrorfit._src.callbacks.learning_rate`, so a new rate applies at the next step without recompiling)
 and ``iterations`` is the train-step count.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import optax
 
-from mirrorfit._src.lr_callbacks import get_learning_rate, set_learning_rate
-from mirrorfit._src.state import UNBUILT_MODEL
+from mirrorfit._src.callbacks.learning_rate import get_learning_rate, set_learning_rate
+from mirrorfit._src.trainers.state import UNBUILT_MODEL
 
 _OWNER = "model.optimizer.learning_rate"
 

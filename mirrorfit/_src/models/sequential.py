@@ -13,12 +13,12 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.functional import KerasTensor
-from mirrorfit._src.keras_models import model_module
+from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.models.keras_models import model_module
 from mirrorfit._src.layers.base import Layer
-from mirrorfit._src.model import Model
-from mirrorfit._src.modules import sequential
-from mirrorfit._src.sequential import sequential_module
+from mirrorfit._src.models.model import Model
+from mirrorfit._src.modules.adapters import sequential
+from mirrorfit._src.layers.sequential import sequential_module
 
 
 def module_of(layers: list[Any], name: str | None = None) -> nn.Module:

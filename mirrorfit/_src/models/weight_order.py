@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from mirrorfit._src.layers.weights import keras_weight_order
-from mirrorfit._src.modules import ModuleAdapter
+from mirrorfit._src.modules.adapters import ModuleAdapter
 
 WeightPath = tuple[Any, ...]
 

@@ -2,14 +2,14 @@
 
 `ModelVariables` is the part of `mirrorfit.Model` that does not train: ``params``,
 ``get_weights``/``set_weights`` (Keras' flat list), ``save``/``save_weights``/``load_weights``
-(through `mirrorfit._src.checkpoint`) and ``summary``. It reads the model's state and writes
+(through `mirrorfit._src.saving.checkpoint`) and ``summary``. It reads the model's state and writes
 it only through ``Model.assign_state``.
 
 The weights are every numeric leaf of ``(params, model_state)``; RNG key state of nnx modules
 is not a weight. The order is Keras' for models of ``mirrorfit.layers`` (per layer: kernel,
 bias; BatchNorm: gamma, beta, moving_mean, moving_variance) and the params' creation order
 for other Flax modules (a Dense layer's kernel before its bias), params first; see
-`mirrorfit._src.weight_order`. It is stable across runs and processes.
+`mirrorfit._src.models.weight_order`. It is stable across runs and processes.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src import checkpoint as checkpoint_lib
-from mirrorfit._src import keras_models, weight_order
-from mirrorfit._src.state import TrainState, require_state
-from mirrorfit._src.weight_order import WeightPath
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.models import keras_models, weight_order
+from mirrorfit._src.trainers.state import TrainState, require_state
+from mirrorfit._src.models.weight_order import WeightPath
 
 
 def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
                    ) -> tuple[list[Any], Any, list[int]]:
     """Leaves and treedef of (params, model_state), and the indices of the weights, listed
-    in ``order`` (paths as `mirrorfit._src.weight_order`; unlisted ones last)."""
+    in ``order`` (paths as `mirrorfit._src.models.weight_order`; unlisted ones last)."""
     tree = (state.params, state.model_state)
     leaves, treedef = jax.tree.flatten(tree)
     rank = {path: i for i, path in enumerate(order)}
@@ -101,7 +101,7 @@ class ModelVariables:
         return cached[1]
 
     def get_weights(self) -> list[np.ndarray]:
-        """The weights as NumPy arrays, in Keras' order (see `mirrorfit._src.weights`).
+        """The weights as NumPy arrays, in Keras' order (see `mirrorfit._src.models.weights`).
 
         Raises:
             ValueError: for an unbuilt model.
@@ -135,14 +135,14 @@ class ModelVariables:
         Raises:
             ValueError: if the saved tree or shapes differ from the model's, listing the first
                 mismatching paths with expected and received shapes; nothing is loaded.
-            mirrorfit._src.checkpoint.CheckpointError: (a ``ValueError``) naming the
+            mirrorfit._src.saving.checkpoint.CheckpointError: (a ``ValueError``) naming the
                 checkpoint if it is missing, truncated or corrupted.
         """
         checkpoint_lib.load_weights(self, path)
 
     def save(self, path: str | os.PathLike) -> None:
         """Saves the whole model to ``path``: weights, optimizer state, step, RNG, and the
-        compile configuration and module fields as JSON (`mirrorfit._src.saved_config`).
+        compile configuration and module fields as JSON (`mirrorfit._src.saving.saved_config`).
 
         ``path`` is a directory, or a ``.keras`` file (one zip). Compile arguments are stored
         as names or through their ``get_config``; objects without one (a raw optax

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.checks import is_int
+from mirrorfit._src.utils.checks import is_int
 
 
 def _is_shape(value: Any) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.modules import ModuleAdapter
+from mirrorfit._src.modules.adapters import ModuleAdapter
 
 _POLICIES = {  # name -> (compute dtype, variable dtype), as keras.DTypePolicy._parse_name
     "float32": ("float32", "float32"),

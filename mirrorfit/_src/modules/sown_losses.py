@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.mesh import BATCH_AXIS
-from mirrorfit._src.replica_context import get_replica_context
+from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.distribute.replica_context import get_replica_context
 
 
 def loss_values(losses: Any) -> list[jax.Array]:

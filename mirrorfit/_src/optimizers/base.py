@@ -17,7 +17,7 @@ from typing import Any, Self, TypedDict
 import jax
 import optax
 
-from mirrorfit._src import optimizer_options as options_lib
+from mirrorfit._src.optimizers import options as options_lib
 
 LearningRate = float | optax.Schedule
 """A float, or an optax schedule evaluated at the train-step count (Keras' "real" iterations)."""

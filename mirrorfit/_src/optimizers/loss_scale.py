@@ -12,7 +12,7 @@ the gradients by the same scale before the inner optimizer sees them. The scale 
 The scale and its counter live in the optimizer state, so checkpoints and resumes carry
 them like any other optimizer variable. ``fit`` uses `handle_finite_grads` and
 `handle_non_finite_grads` directly, with the finite check all-reduced over the replicas
-(`mirrorfit._src.steps`); ``update`` is the same logic for a hand-written loop.
+(`mirrorfit._src.trainers.steps`); ``update`` is the same logic for a hand-written loop.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from mirrorfit._src import optimizers as optimizers_lib
-from mirrorfit._src.checks import positive_int
+from mirrorfit._src.optimizers import optimizers as optimizers_lib
+from mirrorfit._src.utils.checks import positive_int
 
 
 class LossScaleState(NamedTuple):

@@ -19,8 +19,8 @@ from typing import Any, Self, Unpack
 
 import optax
 
-from mirrorfit._src import optimizer_rules as rules
-from mirrorfit._src.optimizer_base import LearningRate, Optimizer, OptimizerOptions
+from mirrorfit._src.optimizers import rules
+from mirrorfit._src.optimizers.base import LearningRate, Optimizer, OptimizerOptions
 
 
 def _adam_like(direction: optax.GradientTransformation):

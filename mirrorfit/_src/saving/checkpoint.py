@@ -38,8 +38,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from mirrorfit._src import keras_archive, keras_models, saved_config
-from mirrorfit._src.checkpoint_files import (
+from mirrorfit._src.saving import keras_archive, saved_config
+from mirrorfit._src.models import keras_models
+from mirrorfit._src.saving.checkpoint_files import (
     TMP_SUFFIX,
     VERSION_NAME,
     CheckpointWriteError,
@@ -48,7 +49,7 @@ from mirrorfit._src.checkpoint_files import (
     written_by_mirrorfit,
     write_failure,
 )
-from mirrorfit._src.state import require_state
+from mirrorfit._src.trainers.state import require_state
 
 FORMAT_NAME = "mirrorfit-checkpoint"
 FORMAT_VERSION = 2

@@ -1,6 +1,6 @@
 """What mirrorfit owns in a checkpoint directory, and how a failed write is reported.
 
-A checkpoint directory holds versions ``ckpt-<n>`` (see `mirrorfit._src.checkpoint`) and,
+A checkpoint directory holds versions ``ckpt-<n>`` (see `mirrorfit._src.saving.checkpoint`) and,
 after a crash mid-save, orbax's temporary ``ckpt-<n>.orbax-checkpoint-tmp`` directories.
 Those are the only entries mirrorfit may delete: anything else in the directory is the
 user's. Write failures (a full disk, no permission, a file where the directory should be)

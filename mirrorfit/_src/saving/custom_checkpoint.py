@@ -2,7 +2,7 @@
 
 `Checkpoint` holds named pytrees (params, optimizer state, step, ...) as attributes;
 `CheckpointManager` numbers and prunes its saves in one directory; `latest_checkpoint` finds
-the newest. They write the versions `mirrorfit._src.checkpoint` writes (``<dir>/ckpt-<n>``:
+the newest. They write the versions `mirrorfit._src.saving.checkpoint` writes (``<dir>/ckpt-<n>``:
 orbax, atomic, SHA-256 checksummed, no pickle), and `Checkpoint.restore` places every value
 like the value it replaces, so a checkpoint saved on N devices restores onto M.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
 
 _KIND = "checkpoint"
 _VERSION = re.compile(r"ckpt-\d+")
@@ -76,7 +76,7 @@ class Checkpoint:
         Raises:
             ValueError: if the saved pytrees do not match this checkpoint's (listing the
                 mismatching paths); nothing is restored then.
-            mirrorfit._src.checkpoint.CheckpointError: if the version is missing or damaged.
+            mirrorfit._src.saving.checkpoint.CheckpointError: if the version is missing or damaged.
         """
         path = Path(save_path)
         found = checkpoint_lib.load(path if _VERSION.fullmatch(path.name)

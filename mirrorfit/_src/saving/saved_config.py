@@ -17,11 +17,11 @@ from typing import Any
 
 from flax import linen as nn
 
-from mirrorfit._src import loss_scale
-from mirrorfit._src import losses as losses_lib
-from mirrorfit._src import metrics as metrics_lib
-from mirrorfit._src import optimizers as optimizers_lib
-from mirrorfit._src.optimizer_base import Optimizer
+from mirrorfit._src.optimizers import loss_scale
+from mirrorfit._src.losses import losses as losses_lib
+from mirrorfit._src.metrics import metrics as metrics_lib
+from mirrorfit._src.optimizers import optimizers as optimizers_lib
+from mirrorfit._src.optimizers.base import Optimizer
 
 COMPILE_ARGS = ("optimizer", "loss", "metrics", "loss_weights", "weighted_metrics")
 

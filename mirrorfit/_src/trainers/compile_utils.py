@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src import multi_output
-from mirrorfit._src import optimizers as optimizers_lib
-from mirrorfit._src.keras_models import freeze_non_trainable
-from mirrorfit._src.loss_scale import LossScaleOptimizer
-from mirrorfit._src.modules import ModuleAdapter
-from mirrorfit._src.steps import StepConfig
+from mirrorfit._src.trainers import multi_output
+from mirrorfit._src.optimizers import optimizers as optimizers_lib
+from mirrorfit._src.models.keras_models import freeze_non_trainable
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
+from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.trainers.steps import StepConfig
 
 
 class _Renamed:

@@ -26,8 +26,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.data_adapters import ArrayDataAdapter
-from mirrorfit._src.steps import StepConfig
+from mirrorfit._src.trainers.data_adapters import ArrayDataAdapter
+from mirrorfit._src.trainers.steps import StepConfig
 
 SAMPLE_ROWS = 32
 """Rows hashed per fingerprint (all of them when the data has fewer)."""

@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.checks import is_int
-from mirrorfit._src.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
-from mirrorfit._src.loss import Loss, squeeze_or_expand_to_same_rank
-from mirrorfit._src.modules import call_inputs
+from mirrorfit._src.utils.checks import is_int
+from mirrorfit._src.losses.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
+from mirrorfit._src.losses.loss import Loss, squeeze_or_expand_to_same_rank
+from mirrorfit._src.modules.adapters import call_inputs
 
 LABELS_OUT_OF_RANGE = "_labels_out_of_range"
 """Statistics key: float32 ``[2]``, ``[count, count * num_classes]`` of out-of-range labels.

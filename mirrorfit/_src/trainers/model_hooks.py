@@ -32,25 +32,25 @@ import optax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src import steps as steps_lib
-from mirrorfit._src.batch import Batch
-from mirrorfit._src.mesh import BATCH_AXIS
-from mirrorfit._src.replica_context import (
+from mirrorfit._src.trainers import steps as steps_lib
+from mirrorfit._src.distribute.batch import Batch
+from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.distribute.replica_context import (
     ReplicaContext,
     compute_average_loss,
     get_replica_context,
     replica_context,
 )
-from mirrorfit._src.run import compile_per_replica
-from mirrorfit._src.sown_losses import loss_values
-from mirrorfit._src.state import TrainState, step_rng
-from mirrorfit._src.values import ReduceOp
+from mirrorfit._src.distribute.run import compile_per_replica
+from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.trainers.state import TrainState, step_rng
+from mirrorfit._src.distribute.values import ReduceOp
 
 _HOOKS = ("compute_loss", "train_step", "test_step")
 
 
 class StepHooks(NamedTuple):
-    """A model's overridden hooks as step builders (see `mirrorfit._src.steps`)."""
+    """A model's overridden hooks as step builders (see `mirrorfit._src.trainers.steps`)."""
 
     train: Callable[..., Callable]  # (cfg, skip_empty) -> per-replica train step
     evaluate: Callable[..., Callable]  # (cfg) -> per-replica eval step

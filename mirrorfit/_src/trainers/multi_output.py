@@ -19,9 +19,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src import losses as losses_lib
-from mirrorfit._src import metrics as metrics_lib
-from mirrorfit._src.checks import is_int
+from mirrorfit._src.losses import losses as losses_lib
+from mirrorfit._src.metrics import metrics as metrics_lib
+from mirrorfit._src.utils.checks import is_int
 
 SINGLE_LOSS_FOR_SEVERAL_OUTPUTS = (
     "The loss {name!r} was given for a model with {count} outputs {names}, but a built-in loss "

@@ -6,7 +6,7 @@ the mesh, keeping at most `DEPTH` placed batches ready. Batches arrive in the or
 adapter yields them, so results are the same as without the thread. An exception in the
 thread is re-raised in the caller, with its original traceback, when the caller reaches the
 batch that failed. Placement is a host-to-device copy, not a collective, so it does not add
-to the two device calls a loop may have queued (`mirrorfit._src.mesh.InFlight`).
+to the two device calls a loop may have queued (`mirrorfit._src.distribute.mesh.InFlight`).
 """
 
 from __future__ import annotations

@@ -37,14 +37,14 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
-from mirrorfit._src import input_checks
-from mirrorfit._src.batch import Batch
-from mirrorfit._src.loss_scale import LossScaleOptimizer, all_finite
-from mirrorfit._src.losses import NOT_PROBABILITIES_WARNING
-from mirrorfit._src.mesh import BATCH_AXIS
-from mirrorfit._src.modules import ModuleAdapter
-from mirrorfit._src.sown_losses import share_of_sum
-from mirrorfit._src.state import TrainState, step_rng
+from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.distribute.batch import Batch
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite
+from mirrorfit._src.losses.losses import NOT_PROBABILITIES_WARNING
+from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.modules.sown_losses import share_of_sum
+from mirrorfit._src.trainers.state import TrainState, step_rng
 
 NOT_PROBABILITIES = "_not_probabilities"
 """Statistics key: count of examples whose outputs were not probabilities."""
@@ -62,7 +62,7 @@ class StepConfig(NamedTuple):
     metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects, weighted by the mask only
     optimizer: optax.GradientTransformation
     weighted_metrics: Sequence[Any] = ()  # metrics weighted by sample_weight (and the mask)
-    hooks: Any = None  # mirrorfit._src.model_hooks.StepHooks: a Model subclass's overrides
+    hooks: Any = None  # mirrorfit._src.trainers.model_hooks.StepHooks: a Model subclass's overrides
 
 
 def _masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:

@@ -2,14 +2,14 @@
 
 It owns the host side of training. Every loop places the next batch on the devices while
 the current step runs (on one device, a small or aligned batch is passed to the step as
-NumPy, whose call transfers it more cheaply: `mirrorfit._src.batch.takes_host_batch`),
+NumPy, whose call transfers it more cheaply: `mirrorfit._src.distribute.batch.takes_host_batch`),
 compiles its step through `compile_per_replica` (the one compile path ``strategy.run`` uses
 too), and pushes each step's outputs to an `InFlight` bound, so at most two steps are
 queued: on the CPU backend with several devices, XLA's in-process all-reduce deadlocks when
 many collective executions are queued ("Termination timeout for all reduce").
 
 A source that runs user code (a generator, ``__getitem__``, a loader) is run ahead on a
-background thread (`mirrorfit._src.prefetch`). Arrays are gathered and placed on the calling
+background thread (`mirrorfit._src.trainers.prefetch`). Arrays are gathered and placed on the calling
 thread right after the step is dispatched, which overlaps the step as well: measured at one
 device, a thread made that 6% (batch 32) to 14% (``steps_per_execution=32``, batch 256)
 slower, from GIL hand-offs and a second malloc arena (``benchmarks/README.md``).
@@ -38,18 +38,18 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src.checks import MirrorfitWarning
-from mirrorfit._src import input_checks
-from mirrorfit._src.data_adapters import input_fingerprint
-from mirrorfit._src import steps as steps_lib
-from mirrorfit._src.batch import Batch, place_batches
-from mirrorfit._src.callbacks import Callback, CallbackList, History, LazyLogs
-from mirrorfit._src.progbar import ProgbarLogger
-from mirrorfit._src.mesh import BATCH_AXIS, DeviceMesh, InFlight
-from mirrorfit._src.modules import ModuleAdapter
-from mirrorfit._src.optimizer_options import finalize_variable_values
-from mirrorfit._src.prefetch import prefetch
-from mirrorfit._src.run import compile_per_replica, specs_like
+from mirrorfit._src.utils.checks import MirrorfitWarning
+from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.trainers.data_adapters import input_fingerprint
+from mirrorfit._src.trainers import steps as steps_lib
+from mirrorfit._src.distribute.batch import Batch, place_batches
+from mirrorfit._src.callbacks.callback import Callback, CallbackList, History, LazyLogs
+from mirrorfit._src.callbacks.progbar import ProgbarLogger
+from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
+from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.optimizers.options import finalize_variable_values
+from mirrorfit._src.trainers.prefetch import prefetch
+from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 
 RAN_OUT_OF_DATA = (
     "Your input ran out of data; interrupting training. Make sure that your dataset or "
@@ -92,7 +92,7 @@ class Trainer:
         train_fn: the newest compiled train step ``(state, statistics, batch)``.
         prefetch: whether a background thread produces and places the next batches of a
             source that runs user code (``data.runs_user_code``) while a step runs
-            (`mirrorfit._src.prefetch`); ``False`` produces them between steps. Arrays never
+            (`mirrorfit._src.trainers.prefetch`); ``False`` produces them between steps. Arrays never
             use the thread.
     """
 

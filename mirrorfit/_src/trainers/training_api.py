@@ -2,8 +2,8 @@
 
 `TrainingAPI` is mixed into `mirrorfit.Model` (as Keras 3's ``Model`` inherits its
 ``Trainer``). It validates the arguments, asks the input layer
-(`mirrorfit._src.data_adapters`) for data adapters and hands the loops to the model's
-`mirrorfit._src.trainer.Trainer`. It reads the model's state through ``Model.state`` and
+(`mirrorfit._src.trainers.data_adapters`) for data adapters and hands the loops to the model's
+`mirrorfit._src.trainers.trainer.Trainer`. It reads the model's state through ``Model.state`` and
 builds the model through ``Model._check_input``.
 """
 
@@ -13,11 +13,12 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from mirrorfit._src import data_adapters, input_spec
-from mirrorfit._src.callbacks import Callback, History
-from mirrorfit._src.checks import positive_int, verbosity
-from mirrorfit._src.compile_utils import step_config
-from mirrorfit._src.model_hooks import overridden, step_hooks
+from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.modules import input_spec
+from mirrorfit._src.callbacks.callback import Callback, History
+from mirrorfit._src.utils.checks import positive_int, verbosity
+from mirrorfit._src.trainers.compile_utils import step_config
+from mirrorfit._src.trainers.model_hooks import overridden, step_hooks
 
 
 class TrainingAPI:

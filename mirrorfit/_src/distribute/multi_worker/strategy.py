@@ -2,12 +2,12 @@
 
 This module owns joining the job and what the strategy knows about the job's *processes*:
 
-* joining: the configuration (`mirrorfit._src.cluster`: arguments, ``MIRRORFIT_*``,
+* joining: the configuration (`mirrorfit._src.distribute.multi_worker.cluster`: arguments, ``MIRRORFIT_*``,
   ``TF_CONFIG``, SLURM / Open MPI / Kubernetes / Cloud TPU, else one local process), the
-  roll call that names missing processes (`mirrorfit._src.rendezvous`), then
+  roll call that names missing processes (`mirrorfit._src.distribute.multi_worker.rendezvous`), then
   ``jax.distributed.initialize`` once per process with gloo collectives on the CPU backend;
-* failing fast (`mirrorfit._src.failfast`): an uncaught exception on one process ends every
-  process within seconds; gloo's connection lines are hidden (`mirrorfit._src.worker_output`);
+* failing fast (`mirrorfit._src.distribute.multi_worker.failfast`): an uncaught exception on one process ends every
+  process within seconds; gloo's connection lines are hidden (`mirrorfit._src.distribute.multi_worker.worker_output`);
 * the consistency check at the start of ``fit`` (`MultiWorkerMirroredStrategy.check_same`):
   every process must train with the same global batch, input shapes and model.
 
@@ -29,10 +29,10 @@ from typing import Any
 
 import jax
 
-from mirrorfit._src import cluster, failfast, rendezvous, worker_output
-from mirrorfit._src.cluster import ClusterConfig, ClusterResolver
-from mirrorfit._src.mesh import check_same_across_processes
-from mirrorfit._src.strategy import MirroredStrategy
+from mirrorfit._src.distribute.multi_worker import cluster, failfast, rendezvous, worker_output
+from mirrorfit._src.distribute.multi_worker.cluster import ClusterConfig, ClusterResolver
+from mirrorfit._src.distribute.mesh import check_same_across_processes
+from mirrorfit._src.distribute.strategy import MirroredStrategy
 
 _NO_CLUSTER = ("MultiWorkerMirroredStrategy: no cluster configuration found (no "
                "coordinator_address, MIRRORFIT_COORDINATOR, TF_CONFIG, or SLURM / Open MPI / "
@@ -168,8 +168,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                heartbeat_timeout: int | None = None) -> ClusterConfig:
     """Joins this process to the job, once per process; returns the job's configuration.
 
-    Resolves the configuration (`mirrorfit._src.cluster.resolve`), holds the roll call
-    (`mirrorfit._src.rendezvous.roll_call`), then calls ``jax.distributed.initialize`` and
+    Resolves the configuration (`mirrorfit._src.distribute.multi_worker.cluster.resolve`), holds the roll call
+    (`mirrorfit._src.distribute.multi_worker.rendezvous.roll_call`), then calls ``jax.distributed.initialize`` and
     installs the fail-fast hooks. With no configuration, prints one line and joins nothing.
     Once joined, a later call (e.g. a second strategy) returns the joined configuration.
 

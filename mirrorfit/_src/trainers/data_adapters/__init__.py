@@ -12,7 +12,7 @@ One adapter per input kind, chosen in one place (`get_data_adapter`), as Keras 3
 
 Every adapter has ``steps`` (steps per epoch, ``None`` when unknown), ``first_inputs()``
 (to build or check the model), ``batches(epoch, start_step=0, group=1)``, which yields
-`mirrorfit._src.batch.Batch` es of one static shape, and ``local_rows`` (whether they are
+`mirrorfit._src.distribute.batch.Batch` es of one static shape, and ``local_rows`` (whether they are
 this process's rows of each global batch, to place with ``shard_local_batch``), and
 ``runs_user_code`` (whether producing a batch runs the user's generator, ``__getitem__`` or
 loader: the trainer then runs it ahead on the prefetch thread). An argument that does not
@@ -27,32 +27,32 @@ from typing import Any
 
 import numpy as np
 
-from mirrorfit._src import input_checks
-from mirrorfit._src.checks import MirrorfitWarning, positive_int
-from mirrorfit._src.data_adapters.array_data_adapter import (
+from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.utils.checks import MirrorfitWarning, positive_int
+from mirrorfit._src.trainers.data_adapters.array_data_adapter import (
     ArrayDataAdapter,
     is_array_input,
 )
-from mirrorfit._src.data_adapters.class_weight import check_class_weight
-from mirrorfit._src.data_adapters.distributed_dataset_adapter import (
+from mirrorfit._src.trainers.data_adapters.class_weight import check_class_weight
+from mirrorfit._src.trainers.data_adapters.distributed_dataset_adapter import (
     distributed_dataset_adapter,
     is_distributed_dataset,
     per_process_fingerprint,
 )
-from mirrorfit._src.data_adapters.grain_dataset_adapter import (
+from mirrorfit._src.trainers.data_adapters.grain_dataset_adapter import (
     grain_dataset_adapter,
     is_grain_dataset,
 )
-from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
-from mirrorfit._src.data_adapters.py_dataset_adapter import (
+from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
+from mirrorfit._src.trainers.data_adapters.py_dataset_adapter import (
     PyDataset,
     py_dataset_adapter,
 )
-from mirrorfit._src.data_adapters.tf_dataset_adapter import (
+from mirrorfit._src.trainers.data_adapters.tf_dataset_adapter import (
     is_tf_dataset,
     tf_dataset_adapter,
 )
-from mirrorfit._src.data_adapters.torch_data_loader_adapter import (
+from mirrorfit._src.trainers.data_adapters.torch_data_loader_adapter import (
     is_torch_dataloader,
     torch_data_loader_adapter,
 )

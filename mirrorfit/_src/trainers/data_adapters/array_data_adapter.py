@@ -4,8 +4,8 @@ NumPy or JAX arrays, pandas ``DataFrame`` s/``Series`` (as NumPy, as Keras), or
 dicts/tuples/lists of them (one per model input), are indexed by a
 (shuffled) row order. A global batch that does not divide by the replica count, and the last
 partial batch of an epoch, are padded up to ``padded_batch_size`` rows by repeating real
-rows (`mirrorfit._src.batch.pad_index`) and masked. ``class_weight`` becomes sample weights
-(`mirrorfit._src.data_adapters.class_weight`). `ArrayDataAdapter.fingerprint` summarises the
+rows (`mirrorfit._src.distribute.batch.pad_index`) and masked. ``class_weight`` becomes sample weights
+(`mirrorfit._src.trainers.data_adapters.class_weight`). `ArrayDataAdapter.fingerprint` summarises the
 arrays so that several processes can check they were given the same global data.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src import input_checks
-from mirrorfit._src.batch import Batch, pad_index, padded_size, real_rows_mask, take_rows
-from mirrorfit._src.data_adapters.class_weight import class_weights_to_sample_weights
+from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.distribute.batch import Batch, pad_index, padded_size, real_rows_mask, take_rows
+from mirrorfit._src.trainers.data_adapters.class_weight import class_weights_to_sample_weights
 
 FINGERPRINT_ROWS = 8
 """Rows (evenly spaced, first and last included) hashed per array by `fingerprint`."""

@@ -19,7 +19,7 @@ steps per epoch:
 * the steps and padded per-process batch sizes are compared across processes at the start
   (`per_process_fingerprint`), never the data: each process reads its own shard;
 * a pipeline that runs dry before the epoch's steps raises a ``ValueError`` in its process
-  (`RAN_DRY`), which ends the whole job (``mirrorfit._src.failfast``) rather than leaving
+  (`RAN_DRY`), which ends the whole job (``mirrorfit._src.distribute.multi_worker.failfast``) rather than leaving
   the other processes waiting in their next all-reduce. In one process, a source that runs
   dry ends training with Keras' warning, as any iterable does.
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 import jax
 
-from mirrorfit._src.batch import padded_size
-from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
-from mirrorfit._src.distributed_input import DistributedDataset
+from mirrorfit._src.distribute.batch import padded_size
+from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
+from mirrorfit._src.distribute.distributed_input import DistributedDataset
 
 STEPS_REQUIRED = (
     "{name} is required when a distribute_datasets_from_function pipeline has no len() and "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
+from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
 
 
 def is_grain_dataset(x: Any) -> bool:

@@ -8,7 +8,7 @@ has, when that is known.
 Items are ``x``, ``(x, y)`` or ``(x, y, sample_weight)``, as tuples or lists (torch's default
 collate yields lists). Leaves become NumPy (`to_numpy`: torch and TF tensors, JAX arrays). The
 first batch fixes the global batch size; later, smaller batches are padded
-(`mirrorfit._src.batch.pad_rows`) and masked. A source of unknown length ends an epoch when
+(`mirrorfit._src.distribute.batch.pad_rows`) and masked. A source of unknown length ends an epoch when
 it is exhausted.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src import input_checks
-from mirrorfit._src.batch import Batch, pad_rows, padded_size, real_rows_mask, stack
-from mirrorfit._src.data_adapters.array_data_adapter import num_rows
-from mirrorfit._src.data_adapters.class_weight import class_weights_to_sample_weights
+from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.distribute.batch import Batch, pad_rows, padded_size, real_rows_mask, stack
+from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
+from mirrorfit._src.trainers.data_adapters.class_weight import class_weights_to_sample_weights
 
 MAP_HINT = ("Map it to (x, y) first, e.g. dataset.map(lambda d: (d['image'], d['label'])) "
             "(grain, tf.data), or return a tuple from the loader.")

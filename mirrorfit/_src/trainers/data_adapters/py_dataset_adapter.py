@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from mirrorfit._src.checks import positive_int
-from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
+from mirrorfit._src.utils.checks import positive_int
+from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
 
 
 class PyDataset:

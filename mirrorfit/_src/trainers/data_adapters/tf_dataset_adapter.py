@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mirrorfit._src.data_adapters.iterable_data_adapter import IterableDataAdapter
+from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
 
 INFINITE_CARDINALITY = -1  # tf.data.INFINITE_CARDINALITY
 UNKNOWN_CARDINALITY = -2  # tf.data.UNKNOWN_CARDINALITY
