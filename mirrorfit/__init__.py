@@ -34,6 +34,7 @@ from mirrorfit._src.distribute.values import Mirrored as Mirrored
 from mirrorfit._src.distribute.values import PerReplica as PerReplica
 from mirrorfit._src.distribute.values import ReduceOp as ReduceOp
 from mirrorfit._src.distribute.values import batch_mask as batch_mask
+from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
 
 __version__ = "0.1.0"
 
@@ -46,6 +47,7 @@ __all__ = [
     "InputContext",
     "Mirrored",
     "MirroredStrategy",
+    "MirrorfitWarning",
     "Model",
     "MultiWorkerMirroredStrategy",
     "PerReplica",

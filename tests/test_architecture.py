@@ -1,8 +1,9 @@
 """The layering the README's "Architecture" section states holds in the code.
 
-Imports inside ``mirrorfit/_src`` form no cycle, none hides in a function body (a lazy import
-that would hide a cycle), the bottom modules import nothing else from mirrorfit, and every
-module stays small enough to read in one sitting.
+``mirrorfit/_src`` holds one package per concept and nothing else. Each package sits on a
+level, and a package imports only packages on lower levels. Imports form no cycle, none
+hides in a function body (a lazy import that would hide a cycle), the bottom modules import
+nothing else from mirrorfit, and every module stays small enough to read in one sitting.
 """
 
 import ast
@@ -10,8 +11,20 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "mirrorfit" / "_src"
-BOTTOM = ("mesh", "batch", "checks", "values", "state", "naming", "devices")
+ROOT = Path(__file__).resolve().parents[1] / "mirrorfit"
+SRC = ROOT / "_src"
+# The README's table, bottom to top: a package imports only packages of a lower level.
+LEVELS = {
+    "utils": 1,
+    "distribute": 2, "layers": 2, "losses": 2, "optimizers": 2,
+    "metrics": 3, "modules": 3,
+    "saving": 4,
+    "callbacks": 5,
+    "trainers": 6,
+    "models": 7,
+}
+BOTTOM = ("distribute.mesh", "distribute.batch", "distribute.values", "distribute.devices",
+          "utils.checks", "utils.naming", "utils.registry", "trainers.state")
 MAX_LINES, MAX_MODEL_LINES = 450, 350
 
 
@@ -46,6 +59,30 @@ def _imports(path: Path) -> tuple[set[str], list[str]]:
 GRAPH = {name: _imports(path)[0] for name, path in MODULES.items()}
 
 
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_src_holds_only_the_packages_of_the_levels_table():
+    loose = sorted(p.name for p in SRC.glob("*.py") if p.name != "__init__.py")
+    packages = sorted(p.name for p in SRC.iterdir() if (p / "__init__.py").exists())
+    assert loose == []
+    assert packages == sorted(LEVELS)
+
+
+@pytest.mark.parametrize("package", sorted(LEVELS))
+def test_a_package_imports_only_packages_on_lower_levels(package):
+    upward = {f"{name} -> {dep}" for name, deps in GRAPH.items() if _package(name) == package
+              for dep in deps
+              if _package(dep) != package and LEVELS[_package(dep)] >= LEVELS[package]}
+    assert upward == set()
+
+
+@pytest.mark.parametrize("package", sorted(LEVELS))
+def test_every_package_says_what_it_owns(package):
+    assert ast.get_docstring(ast.parse((SRC / package / "__init__.py").read_text()))
+
+
 def test_the_import_graph_has_no_cycle():
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
@@ -69,7 +106,7 @@ def test_no_mirrorfit_import_hides_in_a_function():
     assert {name: found for name, found in nested.items() if found} == {}
 
 
-@pytest.mark.parametrize("name", BOTTOM)
+@pytest.mark.parametrize("name", [n for n in BOTTOM if n in MODULES])
 def test_bottom_modules_import_nothing_from_mirrorfit(name):
     assert GRAPH[name] == set()
 
@@ -77,4 +114,16 @@ def test_bottom_modules_import_nothing_from_mirrorfit(name):
 def test_modules_stay_small():
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
-    assert sizes["model"] <= MAX_MODEL_LINES
+    assert sizes["models.model"] <= MAX_MODEL_LINES
+
+
+# launch.py is a program (``python -m mirrorfit.launch``), not a namespace.
+@pytest.mark.parametrize("path", sorted(p.name for p in ROOT.glob("*.py") if p.name != "launch.py"))
+def test_public_modules_only_re_export(path):
+    tree = ast.parse((ROOT / path).read_text())
+    defined = [node.name for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    assert defined == []
+    exported = [node for node in tree.body if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "__all__" for t in node.targets)]
+    assert len(exported) == 1

@@ -1,0 +1,4 @@
+"""Level 2: Keras' optimizers as Optax transformations: the base with its config, the update
+rules, the options (clipping, weight decay, EMA, accumulation), the classes and names, and
+the loss-scale optimizer.
+"""
