@@ -25,6 +25,7 @@ from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.models import keras_models, weight_order
 from mirrorfit._src.trainers.state import TrainState, require_state
 from mirrorfit._src.models.weight_order import WeightPath
+from mirrorfit._src.layers.model_info import is_layers_model
 
 
 def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
@@ -91,7 +92,7 @@ class ModelVariables:
 
     def _weight_order(self) -> list[WeightPath]:
         state = require_state(self._state)
-        if keras_models.is_layers_model(self.module):
+        if is_layers_model(self.module):
             return weight_order.keras_order(self.module, state.params, state.model_state)
         cached = getattr(self, "_creation_order", None)
         if cached is None or cached[0] is not self.module:
@@ -159,7 +160,7 @@ class ModelVariables:
             ValueError: for an unbuilt model.
         """
         state = require_state(self._state)
-        if keras_models.is_layers_model(self.module):
+        if is_layers_model(self.module):
             print_fn(keras_models.summary_text(self.module, state.params, state.model_state,
                                                self._sample_batch()))
             return
