@@ -39,11 +39,16 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.utils.checks import MirrorfitWarning
-from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.data_adapters import input_fingerprint
 from mirrorfit._src.trainers import steps as steps_lib
 from mirrorfit._src.distribute.batch import Batch, place_batches
-from mirrorfit._src.callbacks.callback import Callback, CallbackList, History, LazyLogs
+from mirrorfit._src.callbacks.callback import (
+    Callback,
+    CallbackList,
+    History,
+    LazyLogs,
+    checked_callbacks,
+)
 from mirrorfit._src.callbacks.progbar import ProgbarLogger
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.modules.adapters import ModuleAdapter
@@ -144,7 +149,7 @@ class Trainer:
         to the epoch logs (e.g. ``learning_rate``). A progress bar is added for
         ``verbose=1`` (and ``verbose=2`` in ``fit``) unless the user passed one.
         """
-        cbs = input_checks.callback_list(callbacks)
+        cbs = checked_callbacks(callbacks)
         if history is not None:
             cbs.append(history)
         wants_bar = verbose == 1 or (verbose == 2 and history is not None)
