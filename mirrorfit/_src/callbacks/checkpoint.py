@@ -1,7 +1,9 @@
 """Checkpointing callbacks: `ModelCheckpoint` (Keras') and `BackupAndRestore`, which resumes an
 interrupted ``fit`` at the exact step.
 
-Both write with `mirrorfit._src.saving.checkpoint` (orbax, atomic, checksummed). A backup is the
+`ModelCheckpoint` saves through ``Model.save_checkpoint`` (as ``save_weights``/``save``);
+`BackupAndRestore` writes with `mirrorfit._src.saving.checkpoint` (orbax, atomic,
+checksummed). A backup is the
 training state plus the trainer's position (`Progress`: epoch, step in the epoch, metric
 statistics), the epoch's shuffle order and the history; restoring it assigns the model's state
 (``Model.assign_state``) and calls ``Trainer.resume_from`` in ``on_train_begin``, from which
@@ -94,8 +96,8 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint filepath names {err} which is not in the logs; "
                              f"available: epoch, batch, {', '.join(sorted(logs))}. Received: "
                              f"filepath={self.filepath!r}") from None
-        save = checkpoint_lib.save_weights if self.save_weights_only else checkpoint_lib.save_model
-        save(self.model, path, argument="ModelCheckpoint filepath")
+        self.model.save_checkpoint(path, weights_only=self.save_weights_only,
+                                   argument="ModelCheckpoint filepath")
         if self.verbose > 0:
             chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
