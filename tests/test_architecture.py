@@ -1,8 +1,9 @@
 """The layering the README's "Architecture" section states holds in the code.
 
 Imports inside ``mirrorfit/_src`` form no cycle, none hides in a function body (a lazy import
-that would hide a cycle), the bottom modules import nothing else from mirrorfit, and every
-module stays small enough to read in one sitting.
+that would hide a cycle), every package imports only packages on a lower level (`LEVELS`),
+the bottom modules import nothing else from mirrorfit, and every module stays small enough
+to read in one sitting.
 """
 
 import ast
@@ -11,7 +12,11 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "mirrorfit" / "_src"
-BOTTOM = ("mesh", "batch", "checks", "values", "state", "naming", "devices")
+BOTTOM = ("distribute.mesh", "distribute.batch", "utils.checks", "distribute.values",
+          "trainers.state", "utils.naming", "distribute.devices")
+LEVELS = {"utils": 1, "distribute": 2, "layers": 2, "losses": 2, "optimizers": 2, "metrics": 3,
+          "modules": 3, "saving": 4, "callbacks": 5, "trainers": 6, "models": 7}
+"""Each package of ``mirrorfit/_src`` by level: a package imports only lower ones."""
 MAX_LINES, MAX_MODEL_LINES = 450, 350
 
 
@@ -69,6 +74,18 @@ def test_no_mirrorfit_import_hides_in_a_function():
     assert {name: found for name, found in nested.items() if found} == {}
 
 
+def test_packages_import_only_packages_on_a_lower_level():
+    def package(name):
+        return name.split(".")[0]
+
+    names = [name for name in MODULES if name != "__init__"]  # mirrorfit/_src/__init__.py
+    assert {package(name) for name in names} == set(LEVELS)
+    upward = sorted(f"{name} -> {dep}" for name in names for dep in GRAPH[name]
+                    if package(dep) != package(name)
+                    and LEVELS[package(dep)] >= LEVELS[package(name)])
+    assert upward == []
+
+
 @pytest.mark.parametrize("name", BOTTOM)
 def test_bottom_modules_import_nothing_from_mirrorfit(name):
     assert GRAPH[name] == set()
@@ -77,4 +94,4 @@ def test_bottom_modules_import_nothing_from_mirrorfit(name):
 def test_modules_stay_small():
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
-    assert sizes["model"] <= MAX_MODEL_LINES
+    assert sizes["models.model"] <= MAX_MODEL_LINES
