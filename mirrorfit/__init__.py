@@ -14,6 +14,7 @@ from mirrorfit import optimizers as optimizers
 from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks.callback import History as History
+from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
 from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
 from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint

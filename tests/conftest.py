@@ -30,7 +30,7 @@ def pytest_configure(config):
     # mirrorfit's own warnings, and deprecation warnings raised from mirrorfit's or JAX's code,
     # fail the test that triggers them; a test that expects a warning catches it with
     # pytest.warns.
-    for line in ("error::mirrorfit._src.utils.checks.MirrorfitWarning",
+    for line in ("error::mirrorfit.MirrorfitWarning",
                  "error::DeprecationWarning:mirrorfit.*",
                  "error::DeprecationWarning:jax.*"):
         config.addinivalue_line("filterwarnings", line)

@@ -1,5 +1,6 @@
-"""Keras-style callbacks: the `Callback` hooks, the list that dispatches them, `History`, and
-the helpers the Keras callback set shares (monitor comparison, save frequency, step count).
+"""Keras-style callbacks: the `Callback` hooks, the list that dispatches them (and the check of
+``fit``'s ``callbacks`` argument, `checked_callbacks`), `History`, and the helpers the Keras
+callback set shares (monitor comparison, save frequency, step count).
 
 The Keras set builds on this module: `mirrorfit._src.callbacks.progbar` (the progress bar),
 `stopping_callbacks`, `lr_callbacks`, `logging_callbacks` and `checkpoint_callbacks`.
@@ -125,6 +126,28 @@ class CallbackList:
 
     def __iter__(self):
         return iter(self.callbacks)
+
+
+def checked_callbacks(callbacks: Any) -> list[Any]:
+    """``callbacks`` as a list, refusing a single callback and a callback class.
+
+    Raises:
+        TypeError: naming ``callbacks``, with the fix: wrap one callback in a list
+            (``callbacks=[cb]``), instantiate a class (``EarlyStopping()``).
+    """
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)):
+        raise TypeError(
+            "callbacks must be a list of callback objects, e.g. callbacks=[EarlyStopping()]. "
+            f"Received: callbacks={callbacks!r} of type {type(callbacks).__name__}")
+    for callback in callbacks:
+        if isinstance(callback, type):
+            raise TypeError(
+                f"callbacks must hold callback objects, not classes: pass "
+                f"{callback.__name__}(...) instead of {callback.__name__}. Received: "
+                f"callbacks containing the class {callback.__name__}")
+    return list(callbacks)
 
 
 def _overrides(cb: Any, hook: str) -> bool:

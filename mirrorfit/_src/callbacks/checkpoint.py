@@ -1,11 +1,14 @@
 """Checkpointing callbacks: `ModelCheckpoint` (Keras') and `BackupAndRestore`, which resumes an
 interrupted ``fit`` at the exact step.
 
-Both write with `mirrorfit._src.saving.checkpoint` (orbax, atomic, checksummed). A backup is the
-training state plus the trainer's position (`Progress`: epoch, step in the epoch, metric
-statistics), the epoch's shuffle order and the history; restoring it assigns the model's state
-(``Model.assign_state``) and calls ``Trainer.resume_from`` in ``on_train_begin``, from which
-``fit`` continues mid-epoch.
+`ModelCheckpoint` saves through ``Model.save_checkpoint`` (as ``save_weights``/``save``).
+`BackupAndRestore` writes with `mirrorfit._src.saving.checkpoint` (orbax, atomic,
+checksummed): a backup is the training state plus the trainer's position (`Progress`: epoch,
+step in the epoch, metric statistics), the epoch's shuffle order, the history and the run's
+fingerprints. Restoring it assigns the model's state (``Model.assign_state``) and calls
+``resume_from`` on the trainer in ``on_train_begin``, from which ``fit`` continues mid-epoch.
+Both use only the documented interfaces of the model and of the trainer
+(`mirrorfit._src.callbacks.contract.TrainingLoop`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import numpy as np
 from mirrorfit._src.utils.checks import MirrorfitWarning
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_files
-from mirrorfit._src.trainers import fingerprint
+from mirrorfit._src.callbacks import fingerprint_check
 from mirrorfit._src.callbacks.callback import Callback, StepCounter, check_save_freq, chief_print, monitor_op
-from mirrorfit._src.trainers.trainer import ResumePoint
+from mirrorfit._src.callbacks.contract import ResumePoint
 
 
 class ModelCheckpoint(Callback):
@@ -94,8 +97,8 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint filepath names {err} which is not in the logs; "
                              f"available: epoch, batch, {', '.join(sorted(logs))}. Received: "
                              f"filepath={self.filepath!r}") from None
-        save = checkpoint_lib.save_weights if self.save_weights_only else checkpoint_lib.save_model
-        save(self.model, path, argument="ModelCheckpoint filepath")
+        self.model.save_checkpoint(path, weights_only=self.save_weights_only,
+                                   argument="ModelCheckpoint filepath")
         if self.verbose > 0:
             chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
@@ -162,24 +165,18 @@ class BackupAndRestore(Callback):
         self._steps_since_save = 0
         self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
 
-    def _epoch_order(self, epoch: int) -> np.ndarray | None:
-        order = getattr(self.model.trainer.train_data, "epoch_order", None)
-        return None if order is None else order(epoch)
-
     def on_train_begin(self, logs=None):
         self._last_step = self._steps_since_save = 0
         self._restored_history = None
         self._refuse_foreign_directory()
-        self._fingerprints = {
-            "data": fingerprint.data_fingerprint(self.model.trainer.train_data),
-            "compile": fingerprint.compile_fingerprint(self.model.trainer.config)}
+        self._fingerprints = self.model.trainer.fingerprints()
         backup = self._latest_valid()
         if backup is None:
             return
         info, arrays = backup.info, backup.arrays
         epoch, step = int(info["epoch"]), int(info["step"])
         saved_order = arrays.get("order")
-        order = None if saved_order is None else self._epoch_order(epoch)
+        order = None if saved_order is None else self.model.trainer.epoch_order(epoch)
         if saved_order is not None and (order is None or not np.array_equal(order, saved_order)):
             raise ValueError(
                 f"The backup in {os.fspath(self.backup_dir)!r} was taken in the middle of epoch "
@@ -217,7 +214,8 @@ class BackupAndRestore(Callback):
                 f"for this run's backups. Received: backup_dir={os.fspath(directory)!r}")
 
     def _check_fingerprints(self, backup: checkpoint_lib.Checkpoint) -> None:
-        found = fingerprint.differences(backup.info.get("fingerprints", {}), self._fingerprints)
+        found = fingerprint_check.differences(backup.info.get("fingerprints", {}),
+                                              self._fingerprints)
         if not found:
             return
         message = (f"The backup {os.fspath(backup.path)!r} was taken by a run with other "
@@ -295,7 +293,7 @@ class BackupAndRestore(Callback):
         tree = {"state": self.model.state}
         if statistics is not None:
             tree["statistics"] = statistics
-            order = self._epoch_order(epoch)
+            order = self.model.trainer.epoch_order(epoch)
             if order is not None:
                 tree["order"] = order
         host = jax.device_get(tree)  # now: the next step donates these buffers

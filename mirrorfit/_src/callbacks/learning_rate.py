@@ -1,8 +1,8 @@
 """Learning-rate callbacks: `LearningRateScheduler` and `ReduceLROnPlateau`, as in Keras.
 
 They work on ``optax.inject_hyperparams`` optimizers (every named mirrorfit optimizer): the
-rate is a leaf of the optimizer state, replaced between steps through
-``Model.assign_state`` without recompiling.
+rate is a leaf of the optimizer state (`mirrorfit._src.optimizers.learning_rate`), replaced
+between steps through ``Model.assign_state`` without recompiling.
 """
 
 from __future__ import annotations
@@ -10,73 +10,17 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from typing import Any
 
-import jax
 import numpy as np
 
 from mirrorfit._src.utils.checks import MirrorfitWarning
 from mirrorfit._src.callbacks.callback import Callback, chief_print, monitor_op
-
-NO_LEARNING_RATE = (
-    "{name} needs an optimizer whose learning rate lives in its state: a mirrorfit optimizer "
-    "(e.g. compile(optimizer=\"adam\") or mf.optimizers.SGD(0.1)) or one built with "
-    "optax.inject_hyperparams(optax.adam)(learning_rate=1e-3). Received: an optimizer state "
-    "without hyperparams[\"learning_rate\"] ({state})"
-)
+from mirrorfit._src.optimizers.learning_rate import get_learning_rate, set_learning_rate
 
 
-SCHEDULED_LEARNING_RATE = (
-    "{name} cannot set the learning rate: the optimizer's learning_rate is an optax schedule, "
-    "which sets it again at every step, so the callback's value would be silently replaced. "
-    "Use a float learning_rate with this callback, or drop the callback and let the schedule "
-    "drive the rate. Received: an optimizer with a scheduled learning_rate"
-)
-
-
-def _is_lr_state(node: Any) -> bool:
-    hyperparams = getattr(node, "hyperparams", None)
-    return isinstance(hyperparams, dict) and "learning_rate" in hyperparams
-
-
-def get_learning_rate(model, owner: str = "This callback") -> float:
-    """The learning rate in ``model`` 's optimizer state (the first one, in a chain).
-
-    Raises:
-        ValueError: if the optimizer state has no ``hyperparams["learning_rate"]``.
-    """
-    opt_state = None if model.state is None else model.state.opt_state
-    found = [n for n in jax.tree.leaves(opt_state, is_leaf=_is_lr_state) if _is_lr_state(n)]
-    if not found:
-        raise ValueError(NO_LEARNING_RATE.format(name=owner, state=type(opt_state).__name__))
-    return float(np.asarray(found[0].hyperparams["learning_rate"]))
-
-
-def set_learning_rate(model, value: float, owner: str = "This callback") -> None:
-    """Sets every ``hyperparams["learning_rate"]`` in ``model`` 's optimizer state.
-
-    The new value keeps the old leaf's dtype and mirrored sharding, so the compiled train
-    step is reused as is.
-
-    Raises:
-        ValueError: if the optimizer has no injectable rate, or its rate is an optax schedule
-            (``optax.inject_hyperparams`` re-evaluates the schedule at every step).
-    """
-    get_learning_rate(model, owner)  # raises a clear error without an injectable rate
-    nodes = jax.tree.leaves(model.state.opt_state, is_leaf=_is_lr_state)
-    if any("learning_rate" in getattr(n, "hyperparams_states", {}) for n in nodes
-           if _is_lr_state(n)):
-        raise ValueError(SCHEDULED_LEARNING_RATE.format(name=owner))
-
-    def replace(node):
-        if not _is_lr_state(node):
-            return node
-        old = node.hyperparams["learning_rate"]
-        new = model.strategy.replicate_arrays(np.asarray(value, dtype=old.dtype))
-        return node._replace(hyperparams={**node.hyperparams, "learning_rate": new})
-
-    model.assign_state(opt_state=jax.tree.map(replace, model.state.opt_state,
-                                              is_leaf=_is_lr_state))
+def _set(model, value: float, owner: str) -> None:
+    """Writes ``value`` into the model's optimizer state (mirrored by ``assign_state``)."""
+    model.assign_state(opt_state=set_learning_rate(model.opt_state, value, owner))
 
 
 def _takes_two_arguments(schedule: Callable[..., float]) -> bool:
@@ -127,21 +71,21 @@ class LearningRateScheduler(Callback):
         self._takes_lr = _takes_two_arguments(schedule)
 
     def on_epoch_begin(self, epoch, logs=None):
-        lr = get_learning_rate(self.model, "LearningRateScheduler")
+        lr = get_learning_rate(self.model.opt_state, "LearningRateScheduler")
         # The form comes from the signature, so a TypeError raised inside the schedule
         # reaches the user as it is.
         new = self.schedule(epoch, lr) if self._takes_lr else self.schedule(epoch)
         if isinstance(new, bool) or not isinstance(new, (float, int, np.floating, np.integer)):
             raise ValueError("LearningRateScheduler's schedule must return a float. Received: "
                              f"{new!r} for epoch {epoch}")
-        set_learning_rate(self.model, float(new), "LearningRateScheduler")
+        _set(self.model, float(new), "LearningRateScheduler")
         if self.verbose > 0:
             chief_print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to "
                         f"{new}.")
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs["learning_rate"] = get_learning_rate(self.model, "LearningRateScheduler")
+            logs["learning_rate"] = get_learning_rate(self.model.opt_state, "LearningRateScheduler")
 
 
 class ReduceLROnPlateau(Callback):
@@ -185,7 +129,7 @@ class ReduceLROnPlateau(Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs if logs is not None else {}
-        lr = get_learning_rate(self.model, "ReduceLROnPlateau")
+        lr = get_learning_rate(self.model.opt_state, "ReduceLROnPlateau")
         logs["learning_rate"] = lr
         current = logs.get(self.monitor)
         if current is None:
@@ -202,7 +146,7 @@ class ReduceLROnPlateau(Callback):
             self.wait += 1
             if self.wait >= self.patience and lr > self.min_lr:
                 new = max(lr * self.factor, self.min_lr)
-                set_learning_rate(self.model, new, "ReduceLROnPlateau")
+                _set(self.model, new, "ReduceLROnPlateau")
                 if self.verbose > 0:
                     chief_print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate "
                                 f"to {new}.")

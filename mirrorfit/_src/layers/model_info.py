@@ -1,6 +1,7 @@
 """Questions about a model module of ``mirrorfit.layers``: its layers, inputs and frozen params.
 
-These work on both a `FunctionalModule` and a `SequentialModule`.
+These work on both a `FunctionalModule` and a `SequentialModule` (`is_layers_model`), and
+`freeze_non_trainable` turns the frozen params into an optimizer that leaves them alone.
 """
 
 from __future__ import annotations
@@ -10,9 +11,15 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor
 from mirrorfit._src.layers.sequential import SequentialModule
+
+
+def is_layers_model(module: Any) -> bool:
+    """Whether ``module`` is a functional or Sequential module of ``mirrorfit.layers``."""
+    return isinstance(module, (FunctionalModule, SequentialModule))
 
 
 def model_layers(module: nn.Module) -> list[tuple[str, Any]]:
@@ -53,6 +60,25 @@ def trainable_mask(module: nn.Module, params: Any) -> Any:
     ``optax.masked`` / ``optax.set_to_zero`` freezing)."""
     frozen = {p[0] for p in non_trainable_paths(module)}
     return {k: jax.tree.map(lambda _, t=k not in frozen: t, v) for k, v in params.items()}
+
+
+def freeze_non_trainable(tx: optax.GradientTransformation, module: Any
+                         ) -> optax.GradientTransformation:
+    """``tx`` with zero updates for the params of layers that are ``trainable=False`` now.
+
+    As Keras, freezing is read at ``compile``: the frozen layers get no update and no weight
+    decay (their update, decay included, is set to zero after ``tx``). Returns ``tx`` itself
+    when nothing is frozen.
+    """
+    frozen = ({path[0] for path in non_trainable_paths(module)}
+              if is_layers_model(module) else set())
+    if not frozen:
+        return tx
+
+    def frozen_mask(params: Any) -> Any:
+        return {key: jax.tree.map(lambda _, f=key in frozen: f, value)
+                for key, value in params.items()}
+    return optax.chain(tx, optax.masked(optax.set_to_zero(), frozen_mask))
 
 
 def input_spec(module: nn.Module) -> Any:

@@ -3,8 +3,9 @@ frozen layers, Keras' summary and the architecture stored with the weights.
 
 A *layers model* is a `FunctionalModule` (``mf.Model(inputs=..., outputs=...)``) or a
 `SequentialModule` (``mf.Sequential`` of ``mirrorfit.layers``). Its input shapes come from its
-`Input` tensors, so it is built at construction; its layers are ``model.layers``; a layer set
-to ``trainable = False`` before ``compile`` gets no updates; ``model.summary()`` prints Keras'
+`Input` tensors, so it is built at construction; its layers are ``model.layers`` (a layer set
+to ``trainable = False`` before ``compile`` gets no updates:
+`mirrorfit._src.layers.model_info.freeze_non_trainable`); ``model.summary()`` prints Keras'
 table (`summary_text`); and ``model.save`` stores its architecture as JSON (`architecture`) so
 that ``mf.load_model`` rebuilds it.
 """
@@ -14,21 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 import flax.linen as nn
-import jax
-import optax
 
 from mirrorfit._src.layers import functional
-from mirrorfit._src.layers.functional import FunctionalModule
 from mirrorfit._src.layers import config as config_lib
 from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.layers import summary as summary_lib
 from mirrorfit._src.modules.adapters import KerasSequential
 from mirrorfit._src.layers.sequential import SequentialModule
-
-
-def is_layers_model(module: Any) -> bool:
-    """Whether ``module`` is a functional or Sequential module of ``mirrorfit.layers``."""
-    return isinstance(module, (FunctionalModule, SequentialModule))
 
 
 def model_module(module: Any, input_shape: Any, inputs: Any, outputs: Any,
@@ -109,25 +103,6 @@ class ModelLayers:
             raise ValueError("get_layer(name=...) needs a model of mirrorfit.layers (whose "
                              f"layers have names); use index=. Received: name={name!r}")
         return model_info.get_layer(self.module, name)
-
-
-def freeze_non_trainable(tx: optax.GradientTransformation, module: Any
-                         ) -> optax.GradientTransformation:
-    """``tx`` with zero updates for the params of layers that are ``trainable=False`` now.
-
-    As Keras, freezing is read at ``compile``: the frozen layers get no update and no weight
-    decay (their update, decay included, is set to zero after ``tx``). Returns ``tx`` itself
-    when nothing is frozen.
-    """
-    frozen = ({path[0] for path in model_info.non_trainable_paths(module)}
-              if is_layers_model(module) else set())
-    if not frozen:
-        return tx
-
-    def frozen_mask(params: Any) -> Any:
-        return {key: jax.tree.map(lambda _, f=key in frozen: f, value)
-                for key, value in params.items()}
-    return optax.chain(tx, optax.masked(optax.set_to_zero(), frozen_mask))
 
 
 def architecture(module: nn.Module) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ It sits above the facade: it constructs a `Model` from the stored input spec, se
 policy (and the module, when it is given, found in ``custom_objects``, or stored as the
 architecture of a model of ``mirrorfit.layers``), compiles it with the stored compile
 configuration (`mirrorfit._src.saving.saved_config`), and restores the training state through
-`mirrorfit._src.saving.checkpoint`.
+`mirrorfit._src.models.model_saving`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import keras_archive, saved_config
 from mirrorfit._src.models.keras_models import from_architecture
 from mirrorfit._src.models.model import Model
+from mirrorfit._src.models.model_saving import decode_input_spec, restore_into
 from mirrorfit._src.models.sequential import module_of
 
 
@@ -72,7 +73,7 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
                                              os.fspath(path))
     elif isinstance(module, (list, tuple)):
         module = module_of(list(module))
-    input_shape, input_dtype = checkpoint_lib.decode_input_spec(found.info["input_spec"])
+    input_shape, input_dtype = decode_input_spec(found.info["input_spec"])
     # Saves from before dtype policies were stored get the global policy, as a new model does.
     model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"],
                   dtype_policy=found.info.get("dtype_policy"))
@@ -83,5 +84,5 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
         model.compile(**args, steps_per_execution=stored["steps_per_execution"])
     # A save_weights checkpoint loads too, with fresh optimizer state, step and RNG key.
     weights_only = not model.compiled or found.info.get("kind") != "model"
-    checkpoint_lib.restore_into(model, found, weights_only=weights_only)
+    restore_into(model, found, weights_only=weights_only)
     return model

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.models import model_checks
 from mirrorfit._src.modules import input_spec
 from mirrorfit._src.modules import mixed_precision
 from mirrorfit._src.callbacks.callback import History
@@ -77,7 +77,7 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
-        self.seed = input_checks.checked_seed(seed)
+        self.seed = model_checks.checked_seed(seed)
         self._compile_config: dict[str, Any] | None = None
         self.stop_training = False
         self.history: History | None = None
@@ -159,13 +159,13 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         Raises:
             TypeError: if ``input_shape`` is not an int, tuple of ints or dict/list of them.
         """
-        shape = input_checks.example_shape(input_shape)
+        shape = model_checks.example_shape(input_shape)
         self._build_from(input_spec.example_batch(shape, self._input_dtype))
 
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
-        input_checks.check_module_call(self.module, sample)
+        model_checks.check_module_call(self.module, sample)
         params, model_state = init(jax.random.PRNGKey(self.seed), sample)
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)

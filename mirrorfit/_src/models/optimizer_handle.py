@@ -3,8 +3,8 @@
 `OptimizerHandle` joins the optimizer given to ``compile`` (its ``get_config``) with the
 model's training state, where the live values are: the learning rate is
 ``opt_state.hyperparams["learning_rate"]`` (read and written through
-`mirrorfit._src.callbacks.learning_rate`, so a new rate applies at the next step without recompiling)
-and ``iterations`` is the train-step count.
+`mirrorfit._src.optimizers.learning_rate`, so a new rate applies at the next step without
+recompiling) and ``iterations`` is the train-step count.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import optax
 
-from mirrorfit._src.callbacks.learning_rate import get_learning_rate, set_learning_rate
+from mirrorfit._src.optimizers.learning_rate import get_learning_rate, set_learning_rate
 from mirrorfit._src.trainers.state import UNBUILT_MODEL
 
 _OWNER = "model.optimizer.learning_rate"
@@ -53,7 +53,7 @@ class OptimizerHandle:
             config = self._config_or_none()
             if config is not None and isinstance(config.get("learning_rate"), float):
                 return config["learning_rate"]
-        return get_learning_rate(self._model, _OWNER)
+        return get_learning_rate(self._model.opt_state, _OWNER)
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
@@ -62,7 +62,8 @@ class OptimizerHandle:
                             f"Received: learning_rate={value!r}")
         if self._model.state is None:
             raise ValueError(UNBUILT_MODEL)
-        set_learning_rate(self._model, float(value), _OWNER)
+        self._model.assign_state(
+            opt_state=set_learning_rate(self._model.opt_state, float(value), _OWNER))
 
     @property
     def iterations(self) -> jax.Array:

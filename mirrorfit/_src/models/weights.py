@@ -2,8 +2,8 @@
 
 `ModelVariables` is the part of `mirrorfit.Model` that does not train: ``params``,
 ``get_weights``/``set_weights`` (Keras' flat list), ``save``/``save_weights``/``load_weights``
-(through `mirrorfit._src.saving.checkpoint`) and ``summary``. It reads the model's state and writes
-it only through ``Model.assign_state``.
+(through `mirrorfit._src.models.model_saving`; ``save_checkpoint`` is the form callbacks use)
+and ``summary``. It reads the model's state and writes it only through ``Model.assign_state``.
 
 The weights are every numeric leaf of ``(params, model_state)``; RNG key state of nnx modules
 is not a weight. The order is Keras' for models of ``mirrorfit.layers`` (per layer: kernel,
@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.models import keras_models, weight_order
+from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.trainers.state import TrainState, require_state
 from mirrorfit._src.models.weight_order import WeightPath
+from mirrorfit._src.layers.model_info import is_layers_model
 
 
 def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
@@ -91,7 +92,7 @@ class ModelVariables:
 
     def _weight_order(self) -> list[WeightPath]:
         state = require_state(self._state)
-        if keras_models.is_layers_model(self.module):
+        if is_layers_model(self.module):
             return weight_order.keras_order(self.module, state.params, state.model_state)
         cached = getattr(self, "_creation_order", None)
         if cached is None or cached[0] is not self.module:
@@ -124,7 +125,7 @@ class ModelVariables:
         Writes a new version and then deletes the previous one, so a crash mid-save leaves
         the previous weights loadable. No pickle is involved.
         """
-        checkpoint_lib.save_weights(self, path)
+        model_saving.save_weights(self, path)
 
     def load_weights(self, path: str | os.PathLike) -> None:
         """Loads weights saved by `save_weights` or `save`, mirrored on this model's devices.
@@ -138,7 +139,7 @@ class ModelVariables:
             mirrorfit._src.saving.checkpoint.CheckpointError: (a ``ValueError``) naming the
                 checkpoint if it is missing, truncated or corrupted.
         """
-        checkpoint_lib.load_weights(self, path)
+        model_saving.load_weights(self, path)
 
     def save(self, path: str | os.PathLike) -> None:
         """Saves the whole model to ``path``: weights, optimizer state, step, RNG, and the
@@ -149,7 +150,30 @@ class ModelVariables:
         transformation) are not (that would need pickle) and are passed again to
         `load_model`.
         """
-        checkpoint_lib.save_model(self, path)
+        model_saving.save_model(self, path)
+
+    def save_checkpoint(self, path: str | os.PathLike, *, weights_only: bool = False,
+                        argument: str = "path") -> Path:
+        """Saves as `save_weights` (``weights_only``) or `save` do, naming ``argument`` in
+        errors; the interface `mirrorfit.callbacks.ModelCheckpoint` saves through.
+
+        Args:
+            path: the checkpoint directory (or, without ``weights_only``, a ``.keras`` file).
+            weights_only: params and non-param collections only, as `save_weights`.
+            argument: how the caller's user names ``path`` in error messages
+                (``"ModelCheckpoint filepath"``).
+
+        Returns:
+            The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
+
+        Raises:
+            ValueError: for an unbuilt model, a path that is an existing file, or a
+                ``.keras`` path with ``weights_only``.
+            mirrorfit._src.saving.checkpoint_files.CheckpointWriteError: naming ``argument``
+                and the fix, if the write fails (a full disk, no permission).
+        """
+        save = model_saving.save_weights if weights_only else model_saving.save_model
+        return save(self, path, argument)
 
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """Prints Keras' layer table for a model of ``mirrorfit.layers``, else the table from
@@ -159,7 +183,7 @@ class ModelVariables:
             ValueError: for an unbuilt model.
         """
         state = require_state(self._state)
-        if keras_models.is_layers_model(self.module):
+        if is_layers_model(self.module):
             print_fn(keras_models.summary_text(self.module, state.params, state.model_state,
                                                self._sample_batch()))
             return

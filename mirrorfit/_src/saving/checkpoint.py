@@ -38,8 +38,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from mirrorfit._src.saving import keras_archive, saved_config
-from mirrorfit._src.models import keras_models
 from mirrorfit._src.saving.checkpoint_files import (
     TMP_SUFFIX,
     VERSION_NAME,
@@ -49,7 +47,6 @@ from mirrorfit._src.saving.checkpoint_files import (
     written_by_mirrorfit,
     write_failure,
 )
-from mirrorfit._src.trainers.state import require_state
 
 FORMAT_NAME = "mirrorfit-checkpoint"
 FORMAT_VERSION = 2
@@ -305,6 +302,16 @@ def load(version: str | os.PathLike) -> Checkpoint:
     return Checkpoint(arrays, meta.get("info", {}), version)
 
 
+def read_latest(path: str | os.PathLike) -> Checkpoint:
+    """Loads and verifies the newest version under checkpoint directory ``path``.
+
+    Raises:
+        CheckpointError: if ``path`` holds no complete checkpoint, or the newest is damaged.
+        NewerFormatError: if a newer mirrorfit wrote it.
+    """
+    return load(latest(path))
+
+
 def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], *, source: str) -> Any:
     """Builds a pytree shaped like ``template`` from a flat checkpoint, or raises on mismatch.
 
@@ -348,103 +355,3 @@ def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], *, source: s
     values = [np.asarray(arrays[key], dtype=leaf.dtype) for key, (_, leaf) in zip(keys, leaves)]
     return jax.tree_util.tree_unflatten(treedef, values)
 
-
-# -- models ---------------------------------------------------------------------------------
-
-_WEIGHT_ROOTS = ("params", "model_state")
-
-
-def _encode_spec(spec: Any) -> Any:
-    """A model's input spec (pytree of ``jax.ShapeDtypeStruct``) as JSON, containers tagged."""
-    if isinstance(spec, jax.ShapeDtypeStruct):
-        return {"shape": list(spec.shape), "dtype": np.dtype(spec.dtype).name}
-    if isinstance(spec, dict):
-        return {"dict": {str(k): _encode_spec(v) for k, v in spec.items()}}
-    kind = "tuple" if isinstance(spec, tuple) else "list"
-    return {kind: [_encode_spec(v) for v in spec]}
-
-
-def decode_input_spec(encoded: Any) -> tuple[Any, np.dtype]:
-    """Inverse of the stored input spec: ``(input_shape, input_dtype)`` for `Model`."""
-    dtypes = []
-
-    def decode(node):
-        if "shape" in node:
-            dtypes.append(np.dtype(node["dtype"]))
-            return tuple(node["shape"])
-        if "dict" in node:
-            return {k: decode(v) for k, v in node["dict"].items()}
-        values = [decode(v) for v in node.get("tuple", node.get("list", []))]
-        return tuple(values) if "tuple" in node else values
-
-    shape = decode(encoded)
-    return shape, dtypes[0]
-
-
-def _model_info(model, kind: str) -> dict[str, Any]:
-    require_state(model.state)
-    info = {"kind": kind, "input_spec": _encode_spec(model.input_spec), "seed": model.seed,
-            "dtype_policy": model.dtype_policy.name}
-    architecture = keras_models.architecture(model.module)  # JSON; None for Flax modules
-    if architecture is not None:
-        info["architecture"] = architecture
-    if kind == "model":
-        info["compile"] = saved_config.serialize_compile(model.compile_config)
-        info["module"] = saved_config.module_config(model.module)
-    return info
-
-
-def save_weights(model, path: str | os.PathLike, argument: str = "path") -> Path:
-    """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``)."""
-    if keras_archive.is_archive_path(path):
-        raise ValueError("save_weights writes a checkpoint directory, not a .keras file: "
-                         "use model.save(path) for a .keras file, or a directory name here. "
-                         f"Received: path={os.fspath(path)!r}")
-    info = _model_info(model, "weights")
-    state = model.state
-    return save(path, {"params": state.params, "model_state": state.model_state}, info,
-                argument=argument)
-
-
-def save_model(model, path: str | os.PathLike, argument: str = "path") -> Path:
-    """Saves ``model`` 's whole training state and config (see ``Model.save``).
-
-    A path ending in ``.keras`` becomes one zip file (`keras_archive`).
-    """
-    info = _model_info(model, "model")
-    if keras_archive.is_archive_path(path):
-        return keras_archive.write(path, lambda tmp: (
-            save(tmp, model.state._asdict(), info, argument=argument), info)[1])
-    return save(path, model.state._asdict(), info, argument=argument)
-
-
-def read_latest(path: str | os.PathLike) -> Checkpoint:
-    """Loads and verifies the newest version under checkpoint directory ``path``."""
-    return load(latest(path))
-
-
-def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
-    """Sets ``model`` 's state from a checkpoint, replicated on the model's strategy.
-
-    With ``weights_only``, only params and non-param collections; otherwise also the
-    optimizer state (when the model is compiled), step and RNG key. All or nothing.
-
-    Raises:
-        ValueError: listing mismatching paths (see `unflatten_like`).
-    """
-    state = require_state(model.state)
-    template = {"params": state.params, "model_state": state.model_state}
-    if not weights_only:
-        template.update(step=state.step, rng=state.rng)
-        if state.opt_state is not None:
-            template["opt_state"] = state.opt_state
-    tree = unflatten_like(template, select(found.arrays, *template), source=str(found.path))
-    model.assign_state(**tree)
-
-
-def load_weights(model, path: str | os.PathLike) -> None:
-    """Loads params and non-param collections into ``model`` (see ``Model.load_weights``)."""
-    found = read_latest(path)
-    if not model.built and "input_spec" in found.info:
-        model.build(decode_input_spec(found.info["input_spec"])[0])
-    restore_into(model, found, weights_only=True)

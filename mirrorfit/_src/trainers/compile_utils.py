@@ -10,7 +10,7 @@ from typing import Any
 
 from mirrorfit._src.trainers import multi_output
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
-from mirrorfit._src.models.keras_models import freeze_non_trainable
+from mirrorfit._src.layers.model_info import freeze_non_trainable
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.trainers.steps import StepConfig

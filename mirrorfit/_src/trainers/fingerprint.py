@@ -1,17 +1,20 @@
 """Fingerprints of a run's training data and compile configuration, stored with backups.
 
-`mirrorfit.callbacks.BackupAndRestore` records both in every backup and compares them before
-resuming, so a backup is never continued on other data, or with another optimizer, loss or
-metrics, without a word (two runs silently mixed into one).
+`Trainer.fingerprints` computes both for the running ``fit``;
+`mirrorfit.callbacks.BackupAndRestore` records them in every backup and compares them
+(`mirrorfit._src.callbacks.fingerprint_check.differences`) before resuming, so a backup is
+never continued on other data, or with another optimizer, loss or metrics, without a word
+(two runs silently mixed into one).
 
 * data (`data_fingerprint`): the row count; each array of ``x``, ``y`` and ``sample_weight``
   with its shape and dtype; and one SHA-256 over a fixed sample of rows (`SAMPLE_ROWS` rows
   evenly spaced over the data, the first and last included), so a changed value in those
   rows, or a reordering, is caught without hashing the whole data set;
 * compile (`compile_fingerprint`): the optimizer, loss and metrics, each described by its
-  configuration (``get_config``) or its qualified name: never by an object ``repr`` that
-  holds a memory address, so the same script gives the
-  same fingerprint in every process and every restart.
+  configuration (``get_config``) or its name (`public_name`: ``mirrorfit.<qualname>`` for
+  mirrorfit's own, whatever module defines them): never by an object ``repr`` that holds a
+  memory address, so the same script gives the same fingerprint in every process, every
+  restart and every mirrorfit layout.
 
 Fingerprints are JSON (they are stored in the checkpoint's ``meta``).
 """
@@ -20,12 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
+from mirrorfit._src.callbacks.fingerprint_check import public_name
 from mirrorfit._src.trainers.data_adapters import ArrayDataAdapter
 from mirrorfit._src.trainers.steps import StepConfig
 
@@ -69,11 +72,6 @@ def data_fingerprint(data: Any) -> dict[str, Any] | None:
             "sample_sha256": digest.hexdigest()}
 
 
-def _qualified_name(obj: Any) -> str:
-    named = obj if hasattr(obj, "__qualname__") else type(obj)
-    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
-
-
 def _describe(obj: Any) -> Any:
     """A JSON description of one compile argument that is the same in every process."""
     if obj is None or isinstance(obj, (str, int, float, bool)):
@@ -83,12 +81,12 @@ def _describe(obj: Any) -> Any:
     if callable(get_config):
         try:  # functions in a config (a wrapped loss's fn) by name, not by address
             return {type(obj).__qualname__: json.loads(json.dumps(get_config(),
-                                                                  default=_qualified_name))}
+                                                                  default=public_name))}
         except TypeError:  # e.g. an optimizer with a schedule: describe it by its parts
             pass
     if isinstance(obj, (list, tuple)):  # metrics; an optax transformation's functions
         return [_describe(item) for item in obj]
-    return _qualified_name(obj)
+    return public_name(obj)
 
 
 def compile_fingerprint(config: StepConfig | None) -> dict[str, Any] | None:
@@ -106,43 +104,3 @@ def compile_fingerprint(config: StepConfig | None) -> dict[str, Any] | None:
     return {"optimizer": _describe(config.optimizer), "loss": _describe(config.loss),
             "metrics": [f"{type(m).__qualname__}({m.name})"
                         for m in (*config.metrics, *config.weighted_metrics)]}
-
-
-def _data_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    if saved["rows"] != current["rows"]:
-        return [f"{saved['rows']} training rows in the backup, {current['rows']} now"]
-    found = []
-    for key in sorted(set(saved["arrays"]) | set(current["arrays"])):
-        before, now = saved["arrays"].get(key), current["arrays"].get(key)
-        if before != now:
-            show = lambda spec: ("absent" if spec is None else
-                                 f"shape {tuple(spec['shape'])} {spec['dtype']}")
-            found.append(f"{key}: {show(before)} in the backup, {show(now)} now")
-    if not found and saved["sample_sha256"] != current["sample_sha256"]:
-        found.append("the values of the sampled training rows differ (other data of the same "
-                      "shape, or the same data in another order)")
-    return found
-
-
-def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """What differs between a backup's fingerprints and the current run's, in words.
-
-    Args:
-        saved: ``{"data": ..., "compile": ...}`` as stored in the backup.
-        current: the same for the run that would resume.
-
-    Returns:
-        One line per difference; ``[]`` when they match. A fingerprint that is ``None`` on
-        either side (an iterable input) is not compared.
-    """
-    found = []
-    if saved.get("data") is not None and current.get("data") is not None:
-        found += [f"training data: {line}" for line in _data_differences(saved["data"],
-                                                                         current["data"])]
-    before, now = saved.get("compile"), current.get("compile")
-    if before is not None and now is not None:
-        for key in ("optimizer", "loss", "metrics"):
-            if before.get(key) != now.get(key):
-                found.append(f"compile {key}: {before.get(key)!r} in the backup, "
-                             f"{now.get(key)!r} now")
-    return found

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.utils.checks import is_int
 from mirrorfit._src.losses.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
 from mirrorfit._src.losses.loss import Loss, squeeze_or_expand_to_same_rank
-from mirrorfit._src.modules.adapters import call_inputs
 
 LABELS_OUT_OF_RANGE = "_labels_out_of_range"
 """Statistics key: float32 ``[2]``, ``[count, count * num_classes]`` of out-of-range labels.
@@ -225,79 +222,3 @@ def check_not_nested_lists(value: Any, name: str) -> None:
             f"model input), not a Python list of numbers. Convert it first: "
             f"{name} = np.asarray({name}, dtype=np.float32). Received: {name} as a "
             f"{type(value).__name__} of {len(value)} {type(value[0]).__name__}s")
-
-
-def check_module_call(module: Any, sample: Any) -> None:
-    """Raises a clear ``TypeError`` if ``module`` cannot be called as mirrorfit calls it.
-
-    mirrorfit calls ``module(*inputs)`` (a tuple or list input unpacked), adding
-    ``train=``/``training=`` when ``__call__`` has such a parameter. The check binds that
-    call to ``__call__`` 's signature without running it, so it holds for linen and nnx
-    modules alike, before any parameter is created.
-
-    Args:
-        module: the Flax module.
-        sample: an example batch, as the model passes it.
-
-    Raises:
-        TypeError: naming the module and its signature, saying what mirrorfit passes.
-    """
-    try:
-        signature = inspect.signature(type(module).__call__)
-    except (TypeError, ValueError):  # no signature to check against
-        return
-    modes = {name: False for name in ("train", "training") if name in signature.parameters}
-    try:
-        signature.bind(module, *call_inputs(sample), **modes)
-    except TypeError as err:
-        name = type(module).__name__
-        raise TypeError(
-            f"The module {name} cannot be called with the arguments mirrorfit passes ({err}). "
-            "mirrorfit calls module(*inputs): one positional argument per model input (a "
-            "tuple or list input is unpacked, a dict is passed whole), plus train=True/False "
-            "or training=True/False when __call__ has a parameter of that name. Give every "
-            "other parameter a default, or make it a module attribute. Received: "
-            f"{name}.__call__{signature}") from None
-
-
-def callback_list(callbacks: Any) -> list[Any]:
-    """``callbacks`` as a list, refusing a single callback and a callback class.
-
-    Raises:
-        TypeError: naming ``callbacks``, with the fix: wrap one callback in a list
-            (``callbacks=[cb]``), instantiate a class (``EarlyStopping()``).
-    """
-    if callbacks is None:
-        return []
-    if not isinstance(callbacks, (list, tuple)):
-        raise TypeError(
-            "callbacks must be a list of callback objects, e.g. callbacks=[EarlyStopping()]. "
-            f"Received: callbacks={callbacks!r} of type {type(callbacks).__name__}")
-    for callback in callbacks:
-        if isinstance(callback, type):
-            raise TypeError(
-                f"callbacks must hold callback objects, not classes: pass "
-                f"{callback.__name__}(...) instead of {callback.__name__}. Received: "
-                f"callbacks containing the class {callback.__name__}")
-    return list(callbacks)
-
-
-def checked_seed(seed: Any) -> int:
-    """``seed`` as an int, or a clear error.
-
-    Raises:
-        TypeError: if ``seed`` is not an int.
-        ValueError: if it is negative.
-    """
-    if not is_int(seed):
-        raise TypeError(f"seed must be an int. Received: seed={seed!r}")
-    if seed < 0:
-        raise ValueError("seed must be a non-negative int (it seeds param init, dropout and "
-                         f"shuffling), e.g. seed=0. Received: seed={seed!r}")
-    return int(seed)
-
-
-
-def example_shape(input_shape: Any) -> Any:
-    """``input_shape`` with an int read as one axis: ``8`` -> ``(8,)``, as Keras' ``Input``."""
-    return (int(input_shape),) if is_int(input_shape) else input_shape

@@ -24,7 +24,8 @@ one, so an exception leaves the model at its last good state.
 For fault tolerance, ``fit`` publishes its position (`Progress`) in `Trainer.progress`
 before each ``on_train_batch_end``, and a callback may call `Trainer.resume_from` in
 ``on_train_begin`` to continue a run mid-epoch with restored statistics
-(``mirrorfit.callbacks.BackupAndRestore`` does).
+(``mirrorfit.callbacks.BackupAndRestore`` does): the contract callbacks see,
+`mirrorfit._src.callbacks.contract.TrainingLoop`.
 """
 
 from __future__ import annotations
@@ -32,18 +33,25 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.utils.checks import MirrorfitWarning
-from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.data_adapters import input_fingerprint
+from mirrorfit._src.trainers import fingerprint
 from mirrorfit._src.trainers import steps as steps_lib
 from mirrorfit._src.distribute.batch import Batch, place_batches
-from mirrorfit._src.callbacks.callback import Callback, CallbackList, History, LazyLogs
+from mirrorfit._src.callbacks.callback import (
+    Callback,
+    CallbackList,
+    History,
+    LazyLogs,
+    checked_callbacks,
+)
+from mirrorfit._src.callbacks.contract import Progress, ResumePoint, TrainingLoop
 from mirrorfit._src.callbacks.progbar import ProgbarLogger
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.modules.adapters import ModuleAdapter
@@ -58,27 +66,10 @@ RAN_OUT_OF_DATA = (
 """Keras' warning when a source runs dry before ``fit`` is done (a `MirrorfitWarning`)."""
 
 
-class Progress(NamedTuple):
-    """Where training is after the newest step; `Trainer.progress`, read by callbacks."""
-
-    epoch: int  # current epoch (0-based)
-    step: int  # train steps of ``epoch`` done (the newest state is after them)
-    end_of_epoch: bool  # whether ``step`` is the epoch's last step
-    statistics: Any  # float32 [size]: the epoch's metric statistics after ``step`` (a
-    #                  mirrored device array that later steps do not change)
-
-
-class ResumePoint(NamedTuple):
-    """Where `Trainer.fit` starts instead of ``initial_epoch``; see `Trainer.resume_from`."""
-
-    epoch: int  # epoch to resume (0-based)
-    step: int  # train steps of ``epoch`` already done
-    restore_statistics: Callable[[np.ndarray], np.ndarray] | None  # zero statistics (host,
-    #                  float32 [size]) -> the restored ones; None: start from zeros
-
-
-class Trainer:
+class Trainer(TrainingLoop):
     """The loops of one model: ``predict`` always, ``fit``/``evaluate`` once configured.
+
+    It implements `TrainingLoop`, the part of it callbacks use (``model.trainer``).
 
     Args:
         strategy: the strategy (a `DeviceMesh`) whose mesh the steps run on.
@@ -135,6 +126,17 @@ class Trainer:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
         self._resume_point = point
 
+    def fingerprints(self) -> dict[str, Any]:
+        """The running ``fit`` 's data and compile fingerprints, JSON
+        (`mirrorfit._src.trainers.fingerprint`)."""
+        return {"data": fingerprint.data_fingerprint(self.train_data),
+                "compile": fingerprint.compile_fingerprint(self.config)}
+
+    def epoch_order(self, epoch: int) -> np.ndarray | None:
+        """The running ``fit`` 's row order in ``epoch`` (``None``: in order, or no fixed order)."""
+        order = getattr(self.train_data, "epoch_order", None)
+        return None if order is None else order(epoch)
+
     def callback_list(self, model, callbacks: Sequence[Callback] | None, *, verbose: int,
                       steps: int | None, epochs: int = 1, history: History | None = None
                       ) -> CallbackList:
@@ -144,7 +146,7 @@ class Trainer:
         to the epoch logs (e.g. ``learning_rate``). A progress bar is added for
         ``verbose=1`` (and ``verbose=2`` in ``fit``) unless the user passed one.
         """
-        cbs = input_checks.callback_list(callbacks)
+        cbs = checked_callbacks(callbacks)
         if history is not None:
             cbs.append(history)
         wants_bar = verbose == 1 or (verbose == 2 and history is not None)

@@ -48,4 +48,16 @@ def verbosity(verbose: Any) -> int:
 
 
 class MirrorfitWarning(UserWarning):
-    """The category of every warning mirrorfit issues (a ``UserWarning``)."""
+    """The category of every warning mirrorfit issues (a ``UserWarning``); public as
+    ``mirrorfit.MirrorfitWarning``.
+
+    Filter on it to silence, or to fail on, mirrorfit's warnings and no others: a monitor
+    missing from the logs, a damaged backup skipped, an input that ran out of data, labels
+    outside the model's classes.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", mf.MirrorfitWarning)  # mirrorfit's only
+        ...     history = model.fit(x, y, epochs=1, verbose=0)
+    """

@@ -1,0 +1,62 @@
+"""What a callback may use of the trainer: the training loop's side of the callback contract.
+
+The trainer (`mirrorfit._src.trainers.trainer.Trainer`) sits above the callbacks and
+implements `TrainingLoop`; a callback reaches it as ``self.model.trainer`` and uses nothing
+else of it. Through it a callback reads where ``fit`` is (`Progress`) and what it trains on
+and with (``fingerprints``, ``epoch_order``), and makes ``fit`` continue mid-epoch
+(`ResumePoint`), as `mirrorfit.callbacks.BackupAndRestore` does. The model's side is
+``Model.assign_state`` (its training state) and ``Model.save_checkpoint``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+
+class Progress(NamedTuple):
+    """Where training is after the newest step; `TrainingLoop.progress`, read by callbacks."""
+
+    epoch: int  # current epoch (0-based)
+    step: int  # train steps of ``epoch`` done (the newest state is after them)
+    end_of_epoch: bool  # whether ``step`` is the epoch's last step
+    statistics: Any  # float32 [size]: the epoch's metric statistics after ``step`` (a
+    #                  mirrored device array that later steps do not change)
+
+
+class ResumePoint(NamedTuple):
+    """Where ``fit`` starts instead of ``initial_epoch``; see `TrainingLoop.resume_from`."""
+
+    epoch: int  # epoch to resume (0-based)
+    step: int  # train steps of ``epoch`` already done
+    restore_statistics: Callable[[np.ndarray], np.ndarray] | None  # zero statistics (host,
+    #                  float32 [size]) -> the restored ones; None: start from zeros
+
+
+class TrainingLoop(Protocol):
+    """The trainer as callbacks see it (``model.trainer``).
+
+    Attributes:
+        progress: `Progress` after the newest train step of ``fit``, set before each
+            ``on_train_batch_end``; ``None`` outside ``fit``.
+    """
+
+    progress: Progress | None
+
+    def resume_from(self, point: ResumePoint) -> None:
+        """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
+
+    def fingerprints(self) -> dict[str, Any]:
+        """The running ``fit`` 's fingerprints, JSON: ``{"data": ..., "compile": ...}``.
+
+        ``data`` describes the training data (``None`` for an input that cannot be read
+        twice), ``compile`` the optimizer, loss and metrics (``None`` before ``compile``);
+        two runs with equal fingerprints train alike. Compare them with
+        `mirrorfit._src.callbacks.fingerprint_check.differences`. Call it in ``fit``.
+        """
+
+    def epoch_order(self, epoch: int) -> np.ndarray | None:
+        """int ``[num_examples]``: the order of the training rows in ``epoch`` of the running
+        ``fit``; ``None`` when they are taken in order, or the input has no fixed order."""
