@@ -13,7 +13,7 @@ from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.layers.model_info import freeze_non_trainable
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.trainers.steps import StepConfig
+from mirrorfit._src.trainers.step_family import StepConfig, StepFamily
 
 
 class _Renamed:
@@ -25,9 +25,11 @@ class _Renamed:
 
 
 def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any = None, *,
-                loss_weights: Any = None, weighted_metrics: Any = None,
+                family: StepFamily, loss_weights: Any = None, weighted_metrics: Any = None,
                 scale_loss: bool = False, require_loss: bool = True) -> StepConfig:
     """The `StepConfig` for ``Model.compile(optimizer, loss, metrics, ...)``.
+
+    ``family`` is the model's `StepFamily` (`model_hooks.step_family_for`).
 
     With ``scale_loss`` (``"mixed_float16"``), the optimizer is wrapped in a
     `LossScaleOptimizer` unless it is one already, as Keras' ``compile`` does.
@@ -62,4 +64,4 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     if clashes:
         raise ValueError(f"Every metric needs its own log name; give the metrics distinct "
                          f"`name=`s. Received: metrics named {clashes} more than once")
-    return StepConfig(adapter, loss_fn, plain, tx, weighted)
+    return StepConfig(adapter, loss_fn, plain, tx, weighted, family)

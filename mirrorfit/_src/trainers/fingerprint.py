@@ -30,7 +30,7 @@ import numpy as np
 
 from mirrorfit._src.callbacks.fingerprint_check import public_name
 from mirrorfit._src.trainers.data_adapters import ArrayDataAdapter
-from mirrorfit._src.trainers.steps import StepConfig
+from mirrorfit._src.trainers.step_family import StepConfig
 
 SAMPLE_ROWS = 32
 """Rows hashed per fingerprint (all of them when the data has fewer)."""

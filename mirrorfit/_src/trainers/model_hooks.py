@@ -17,14 +17,15 @@ of the global batch, with `mirrorfit.get_replica_context` giving the collectives
   rows (a value the same on every replica is simply averaged over steps).
 * ``test_step(state, batch) -> logs`` likewise for ``evaluate`` and validation.
 
-`StepHooks` carries a model's overrides into the steps (``StepConfig.hooks``).
+`HookedSteps` is the `StepFamily` of such a model; `step_family_for` chooses a model's
+family once, at ``compile``.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,6 @@ import optax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src.trainers import steps as steps_lib
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.distribute.replica_context import (
@@ -42,20 +42,19 @@ from mirrorfit._src.distribute.replica_context import (
     replica_context,
 )
 from mirrorfit._src.distribute.run import compile_per_replica
-from mirrorfit._src.modules.sown_losses import loss_values
-from mirrorfit._src.trainers.state import TrainState, step_rng
 from mirrorfit._src.distribute.values import ReduceOp
+from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.trainers import statistics as stats_lib
+from mirrorfit._src.trainers.state import TrainState, step_rng
+from mirrorfit._src.trainers.step_family import (
+    StepConfig,
+    StepFamily,
+    mean_non_param_collections,
+    skip_filler,
+)
+from mirrorfit._src.trainers.steps import BUILTIN
 
 _HOOKS = ("compute_loss", "train_step", "test_step")
-
-
-class StepHooks(NamedTuple):
-    """A model's overridden hooks as step builders (see `mirrorfit._src.trainers.steps`)."""
-
-    train: Callable[..., Callable]  # (cfg, skip_empty) -> per-replica train step
-    evaluate: Callable[..., Callable]  # (cfg) -> per-replica eval step
-    statistics: Callable[..., Any]  # (cfg, state, batch, kind=) -> local statistics
-    results: Callable[..., dict[str, Any]]  # (cfg, stats, kind) -> logs
 
 
 class ModelHooks:
@@ -144,49 +143,77 @@ def overridden(model: Any, name: str) -> bool:
     return getattr(type(model), name) is not getattr(ModelHooks, name)
 
 
-def step_hooks(model: Any) -> StepHooks | None:
-    """The `StepHooks` of ``model``, or ``None`` when it overrides no hook."""
-    if not any(overridden(model, name) for name in _HOOKS):
-        return None
-    custom = {"train": overridden(model, "train_step"), "eval": overridden(model, "test_step")}
+def step_family_for(model: Any) -> StepFamily:
+    """The steps ``model`` runs: `BUILTIN`, or `HookedSteps` when it overrides a hook.
 
-    def local(cfg, state: TrainState, batch: Batch, kind: str):
-        return _local_step(model, cfg, state, batch, kind, custom[kind])
+    ``compile`` calls it once and keeps the answer in `StepConfig.family`.
+    """
+    if any(overridden(model, name) for name in _HOOKS):
+        return HookedSteps(model)
+    return BUILTIN
 
-    def train(cfg, skip_empty: bool) -> Callable:
+
+class HookedSteps(StepFamily):
+    """The steps of a `Model` subclass that overrides ``compute_loss``, ``train_step`` or
+    ``test_step``: each runs the model's hooks inside a replica context that carries the
+    step's padding mask.
+
+    Args:
+        model: the `Model` whose hooks the steps call (traced, per replica).
+    """
+
+    def __init__(self, model: Any):
+        self._model = model
+        self._custom = {"train": overridden(model, "train_step"),
+                        "eval": overridden(model, "test_step")}
+
+    def _local(self, cfg: StepConfig, state: TrainState, batch: Batch, kind: str):
+        with _masked_context(batch.mask):
+            return _local_step(self._model, cfg, state, batch, kind, self._custom[kind])
+
+    def train_step(self, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
+        """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``.
+
+        It runs the model's ``train_step`` (or the default update around its
+        ``compute_loss``), sets ``step`` to ``state.step + 1`` and all-reduces the step's
+        statistics. With ``skip_empty``, a batch with no real rows runs none of it
+        (`skip_filler` over the state and the statistics).
+        """
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
-            with _masked_context(batch.mask):
-                new_state, stats = local(cfg, state, batch, "train")
-            flat, _ = steps_lib._flat(stats)
-            flat = lax.psum(flat, BATCH_AXIS)
-            new_state = new_state._replace(step=state.step + 1, rng=state.rng)
-            if skip_empty:
-                real = lax.psum(jnp.sum(batch.mask), BATCH_AXIS) > 0
-                new_state = jax.tree.map(lambda a, b: jnp.where(real, a, b), new_state, state)
-            return new_state, statistics + flat
+            def update(carry):
+                state, statistics = carry
+                new_state, stats = self._local(cfg, state, batch, "train")
+                new_state = new_state._replace(step=state.step + 1, rng=state.rng)
+                return new_state, statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
+
+            if not skip_empty:
+                return update((state, statistics))
+            real_rows = lax.psum(jnp.sum(batch.mask, dtype=jnp.float32), BATCH_AXIS)
+            return skip_filler(real_rows, update, (state, statistics))
         return step
 
-    def evaluate(cfg) -> Callable:
+    def eval_step(self, cfg: StepConfig) -> Callable:
+        """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
-            with _masked_context(batch.mask):
-                stats = local(cfg, state, batch, "eval")[1]
-            return statistics + lax.psum(steps_lib._flat(stats)[0], BATCH_AXIS)
+            stats = self._local(cfg, state, batch, "eval")[1]
+            return statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
         return step
 
-    def statistics(cfg, state: TrainState, batch: Batch, *, kind: str) -> dict:
+    def statistics_shapes(self, cfg: StepConfig, state: TrainState, batch: Batch,
+                          kind: str) -> Any:
+        """The shapes of the hooked step's statistics, traced over the mesh (the hooks may
+        use collectives): a custom step's logs, else the compiled loss and metrics."""
         def per_replica(state, batch):
-            with _masked_context(batch.mask):
-                return local(cfg, state, batch, kind)[1]
+            return self._local(cfg, state, batch, kind)[1]
         batch_specs = jax.tree.map(lambda _: P(BATCH_AXIS), batch)
-        mapped = compile_per_replica(model.strategy, per_replica, (P(), batch_specs), P())
-        return mapped(state, batch)
+        mapped = compile_per_replica(self._model.strategy, per_replica, (P(), batch_specs), P())
+        return jax.eval_shape(mapped, state, batch)
 
-    def results(cfg, stats: dict, kind: str) -> dict[str, Any]:
-        if custom[kind]:
+    def results(self, cfg: StepConfig, stats: dict, kind: str) -> dict[str, Any]:
+        """A custom step's logs averaged over real rows; else the compiled loss and metrics."""
+        if self._custom[kind]:
             return {name: s["total"] / max(float(s["count"]), 1.0) for name, s in stats.items()}
-        return steps_lib.results(cfg._replace(hooks=None), stats)
-
-    return StepHooks(train, evaluate, statistics, results)
+        return stats_lib.compiled_results(cfg, stats)
 
 
 def _local_step(model, cfg, state: TrainState, batch: Batch, kind: str, custom: bool):
@@ -197,7 +224,7 @@ def _local_step(model, cfg, state: TrainState, batch: Batch, kind: str, custom: 
     next to the compiled metrics; custom steps report their logs (`_logs_statistics`).
     """
     count = jnp.sum(batch.mask, dtype=jnp.float32)
-    batch = batch._replace(sample_weight=steps_lib._weight(batch) * batch.mask)
+    batch = batch._replace(sample_weight=stats_lib.example_weights(batch) * batch.mask)
     if custom and kind == "train":
         new_state, logs = model.train_step(state, batch)
         if type(new_state) is not TrainState:
@@ -211,11 +238,9 @@ def _local_step(model, cfg, state: TrainState, batch: Batch, kind: str, custom: 
         new_state, loss, y_pred = _update(model, state, batch)
     else:
         new_state, (loss, (y_pred, _)) = None, _forward(model, state.params, state, batch, False)
-    global_count = lax.psum(count, BATCH_AXIS)
-    # A batch with no real rows (filler in a steps_per_execution group) has a 0/0 loss.
-    share = jnp.where(global_count > 0, loss * global_count, 0.0) / get_replica_context(
-        ).num_replicas_in_sync
-    return new_state, steps_lib._statistics(
+    # Never a filler (no real rows, a 0/0 loss): `skip_filler` runs no step on one.
+    share = loss * lax.psum(count, BATCH_AXIS) / get_replica_context().num_replicas_in_sync
+    return new_state, stats_lib.compiled_statistics(
         cfg, batch.y, y_pred, jnp.zeros_like(batch.sample_weight), batch, share)
 
 
@@ -259,11 +284,7 @@ def _update(model, state: TrainState, batch: Batch):
     grads = context.all_reduce(ReduceOp.MEAN, grads) if jax.tree.leaves(grads) else grads
     tx = model.trainer.config.optimizer
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    floats = [v for v in jax.tree.leaves(model_state) if jnp.issubdtype(v.dtype, jnp.inexact)]
-    if floats:  # e.g. BatchNorm statistics: averaged so they stay mirrored
-        model_state = jax.tree.map(
-            lambda v: context.all_reduce(ReduceOp.MEAN, v)
-            if jnp.issubdtype(v.dtype, jnp.inexact) else v, model_state)
     new_state = state._replace(params=optax.apply_updates(state.params, updates),
-                               model_state=model_state, opt_state=opt_state)
+                               model_state=mean_non_param_collections(model_state),
+                               opt_state=opt_state)
     return new_state, loss, y_pred

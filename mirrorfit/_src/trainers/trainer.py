@@ -42,7 +42,9 @@ from jax.sharding import PartitionSpec as P
 from mirrorfit._src.utils.checks import MirrorfitWarning
 from mirrorfit._src.trainers.data_adapters import input_fingerprint
 from mirrorfit._src.trainers import fingerprint
-from mirrorfit._src.trainers import steps as steps_lib
+from mirrorfit._src.trainers import statistics as stats_lib
+from mirrorfit._src.trainers.step_family import StepConfig
+from mirrorfit._src.trainers.steps import make_predict_step
 from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.callbacks.callback import (
     Callback,
@@ -76,7 +78,8 @@ class Trainer(TrainingLoop):
         adapter: the model's module adapter (forward pass of the Flax module).
 
     Attributes:
-        config: the steps' loss, metrics and optimizer (`configure`), ``None`` before.
+        config: the steps' loss, metrics, optimizer and step family (`configure`),
+            ``None`` before.
         steps_per_execution: train steps fused into one device call (``lax.scan``).
         progress: `Progress` after the newest train step of ``fit``; ``None`` outside it.
         train_data: the training data adapter of the running ``fit``; ``None`` outside it.
@@ -90,7 +93,7 @@ class Trainer(TrainingLoop):
     def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter):
         self.strategy = strategy
         self.adapter = adapter
-        self.config: steps_lib.StepConfig | None = None
+        self.config: StepConfig | None = None
         self.steps_per_execution = 1
         self.progress: Progress | None = None
         self.train_data: Any = None
@@ -99,17 +102,18 @@ class Trainer(TrainingLoop):
         self._resume_point: ResumePoint | None = None
         # Per step kind ("train", "eval"): the statistics layout and its zero vector. The two
         # differ only for a model that overrides train_step or test_step.
-        self._layouts: dict[str, tuple[steps_lib.StatsLayout, np.ndarray]] = {}
+        self._layouts: dict[str, tuple[stats_lib.StatsLayout, np.ndarray]] = {}
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
-        self._predict_step = steps_lib.make_predict_step(adapter)
+        self._predict_step = make_predict_step(adapter)
         # Compiled on the first batch, once per step and argument structure (a batch with
         # or without sample weights).
         self._compiled: dict[Any, Callable] = {}
 
-    def configure(self, config: steps_lib.StepConfig, steps_per_execution: int = 1) -> None:
-        """Sets the loss, metrics and optimizer (``compile``); later fits compile anew."""
+    def configure(self, config: StepConfig, steps_per_execution: int = 1) -> None:
+        """Sets the loss, metrics, optimizer and step family (``compile``); later fits
+        compile anew. Every train and eval step is built by ``config.family``."""
         self.config = config
         self.steps_per_execution = steps_per_execution
         self._layouts = {}
@@ -117,10 +121,10 @@ class Trainer(TrainingLoop):
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
         if steps_per_execution > 1:
-            self._train_step = steps_lib.make_multi_train_step(config)
+            self._train_step = config.family.multi_train_step(config)
         else:
-            self._train_step = steps_lib.make_train_step(config)
-        self._eval_step = steps_lib.make_eval_step(config)
+            self._train_step = config.family.train_step(config)
+        self._eval_step = config.family.eval_step(config)
 
     def resume_from(self, point: ResumePoint) -> None:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
@@ -164,7 +168,8 @@ class Trainer(TrainingLoop):
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
-            layout = steps_lib.statistics_layout(self.config, state, sample, kind)
+            layout = stats_lib.StatsLayout.from_shapes(
+                self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
         return self.strategy.replicate_arrays(self._layouts[kind][1])
 
@@ -175,12 +180,12 @@ class Trainer(TrainingLoop):
         gives a NumPy array, as Keras does.
         """
         stats = self._layouts[kind][0].unflatten(np.asarray(self.strategy.fetch(statistics)))
-        for key, message in steps_lib.statistics_warnings(self.config, stats).items():
+        for key, message in stats_lib.statistics_warnings(self.config, stats).items():
             if key not in self._warned:  # once per fit (and per compile outside fit)
                 self._warned.add(key)
                 warnings.warn(message, MirrorfitWarning, stacklevel=5)
         return {key: float(value) if np.ndim(value) == 0 else np.asarray(value)
-                for key, value in steps_lib.results(self.config, stats, kind).items()}
+                for key, value in self.config.family.results(self.config, stats, kind).items()}
 
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:

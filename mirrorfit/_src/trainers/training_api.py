@@ -18,7 +18,7 @@ from mirrorfit._src.modules import input_spec
 from mirrorfit._src.callbacks.callback import Callback, History
 from mirrorfit._src.utils.checks import positive_int, verbosity
 from mirrorfit._src.trainers.compile_utils import step_config
-from mirrorfit._src.trainers.model_hooks import overridden, step_hooks
+from mirrorfit._src.trainers.model_hooks import overridden, step_family_for
 
 
 class TrainingAPI:
@@ -52,10 +52,10 @@ class TrainingAPI:
             TypeError: for arguments of the wrong type.
         """
         config = step_config(
-            self._adapter, optimizer, loss, metrics, loss_weights=loss_weights,
-            weighted_metrics=weighted_metrics, require_loss=not overridden(self, "train_step"),
+            self._adapter, optimizer, loss, metrics, family=step_family_for(self),
+            loss_weights=loss_weights, weighted_metrics=weighted_metrics,
+            require_loss=not overridden(self, "train_step"),
             scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
-        config = config._replace(hooks=step_hooks(self))
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
