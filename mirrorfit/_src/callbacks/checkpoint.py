@@ -163,8 +163,7 @@ class BackupAndRestore(Callback):
         self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
 
     def _epoch_order(self, epoch: int) -> np.ndarray | None:
-        order = getattr(self.model.trainer.train_data, "epoch_order", None)
-        return None if order is None else order(epoch)
+        return self.model.trainer.train_data.epoch_order(epoch)
 
     def on_train_begin(self, logs=None):
         self._last_step = self._steps_since_save = 0

@@ -90,9 +90,8 @@ class TrainingAPI:
         if check:  # fit checks them with its other settings, in one all-gather
             self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
-        if not isinstance(data, data_adapters.ArrayDataAdapter):
-            # each later batch is checked against the built model's input shapes
-            data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
+        # a source of batches checks its first padded batch with it (DataAdapter.check_input)
+        data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
