@@ -10,19 +10,37 @@ builds the model through ``Model._check_input``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.modules import input_spec
+from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.modules.mixed_precision import Policy
 from mirrorfit._src.callbacks.callback import Callback, History
 from mirrorfit._src.utils.checks import positive_int, verbosity
 from mirrorfit._src.trainers.compile_utils import step_config
 from mirrorfit._src.trainers.model_hooks import overridden, step_hooks
+from mirrorfit._src.trainers.state import TrainState
+from mirrorfit._src.trainers.trainer import Trainer
 
 
 class TrainingAPI:
     """Keras' ``compile``/``fit``/``evaluate``/``predict``; mixed into `Model`."""
+
+    # Read here, owned by `Model` (set by its __init__ and _set_module):
+    _state: TrainState | None  # the training state; compile writes a new opt_state into it
+    _strategy: DeviceMesh  # where the state lives and the steps run
+    _trainer: Trainer  # the loops, configured by compile
+    _adapter: ModuleAdapter  # the module's forward pass, for the steps' config
+    _input_spec: Any  # per-example input shapes once built, to check validation data
+    seed: int  # base seed of the shuffle order
+    dtype_policy: Policy  # "mixed_float16" scales the loss
+    _check_input: Callable[..., None]  # builds the model from inputs, or checks them
+    _init_opt_state: Callable[[Any], Any]  # params -> mirrored optimizer state
+    # Written by compile (``None`` from Model.__init__), read by Sequential.add:
+    _compile_config: dict[str, Any] | None
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
