@@ -34,6 +34,7 @@ class TrainingAPI:
     _strategy: DeviceMesh  # where the state lives and the steps run
     _trainer: Trainer  # the loops, configured by compile
     _adapter: ModuleAdapter  # the module's forward pass, for the steps' config
+    module: Any  # the Flax module, whose frozen layers compile reads
     _input_spec: Any  # per-example input shapes once built, to check validation data
     seed: int  # base seed of the shuffle order
     dtype_policy: Policy  # "mixed_float16" scales the loss
@@ -72,7 +73,8 @@ class TrainingAPI:
         config = step_config(
             self._adapter, optimizer, loss, metrics, loss_weights=loss_weights,
             weighted_metrics=weighted_metrics, require_loss=not overridden(self, "train_step"),
-            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
+            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16",
+            module=self.module)
         config = config._replace(hooks=step_hooks(self))
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
