@@ -68,7 +68,7 @@ def model_module(module: Any, input_shape: Any, inputs: Any, outputs: Any,
 class ModelLayers:
     """``model.layers`` and ``model.get_layer`` (as Keras); mixed into `Model`."""
 
-    module: Any
+    module: Any  # the Flax module; owned by `Model`
 
     @property
     def layers(self) -> list[Any]:

@@ -24,8 +24,9 @@ from mirrorfit._src.callbacks.callback import History
 from mirrorfit._src.models.keras_models import ModelLayers, model_module
 from mirrorfit._src.models.model_calls import ModelCalls
 from mirrorfit._src.trainers.model_hooks import ModelHooks
-from mirrorfit._src.modules.adapters import adapt
+from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
 from mirrorfit._src.trainers.state import TrainState, create_state, require_state
+from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
@@ -67,6 +68,17 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         >>> with mf.MirroredStrategy().scope():
         ...     functional = mf.Model(inputs=inputs, outputs=outputs)
     """
+
+    # Owned here (set by __init__ and _set_module) and read by the mixins, each of which
+    # declares the ones it reads:
+    module: Any  # the Flax module
+    _adapter: ModuleAdapter  # its init/apply/tabulate, under dtype_policy
+    _strategy: DeviceMesh  # the strategy active at construction: its devices hold _state
+    _trainer: Trainer  # the loops; its config is set by compile
+    _state: TrainState | None  # the one training state, mirrored; None until built
+    _input_spec: Any  # jax.ShapeDtypeStruct pytree of one example; None until built
+    seed: int  # seeds init, dropout and shuffling
+    dtype_policy: mixed_precision.Policy
 
     def __init__(self, module: Any = None, input_shape: Any = None, *, inputs: Any = None,
                  outputs: Any = None, name: str | None = None, input_dtype: Any = jnp.float32,

@@ -11,7 +11,7 @@ does not divide by the replica count is padded and masked, not rejected.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -19,14 +19,28 @@ import numpy as np
 
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
+from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
-from mirrorfit._src.trainers.state import require_state
+from mirrorfit._src.trainers.state import TrainState, require_state
+from mirrorfit._src.trainers.trainer import Trainer
 
 
 class ModelCalls:
     """``model(x)``, ``apply`` and the ``*_on_batch`` methods; see the module docstring."""
 
-    _jitted_forward: Any = None
+    _jitted_forward: Any = None  # jax.jit of _forward, made on the first model(x)
+    # Read here, owned by `Model`:
+    _state: TrainState | None  # the params, other collections, step and rng of a call
+    _trainer: Trainer  # its config's optimizer; train_on_batch's step
+    _adapter: ModuleAdapter  # the module's forward pass
+    _check_input: Callable[..., None]  # builds the model from inputs, or checks them
+    # Owned by `TrainingAPI`: the loops the *_on_batch methods run on one batch.
+    predict: Callable[..., Any]
+    evaluate: Callable[..., Any]
+    _adapter_for: Callable[..., Any]
+    _require_compiled: Callable[[str], None]
+    # Owned by `ModelHooks`: model(x) records the losses it sowed there.
+    _sown: list[Any] | None
 
     @property
     def optimizer(self) -> OptimizerHandle | None:

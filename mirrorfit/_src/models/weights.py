@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from mirrorfit._src.models import keras_models, model_saving, weight_order
+from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.trainers.state import TrainState, require_state
 from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.layers.model_info import is_layers_model
@@ -75,6 +76,16 @@ def set_weights(state: TrainState, weights: Sequence[Any],
 class ModelVariables:
     """Reading, writing, saving and printing a model's variables; mixed into `Model`."""
 
+    # Its own: (module, the params' creation order for it), cached by _weight_order.
+    _creation_order: tuple[Any, list[WeightPath]] | None = None
+    # Read here, owned by `Model`:
+    _state: TrainState | None  # the variables (None before the model is built)
+    module: Any  # the Flax module (a layers model has Keras' weight order and summary)
+    _adapter: ModuleAdapter  # the module's init and tabulate
+    _input_spec: Any  # per-example input shapes: the sample batch of init and summary
+    seed: int  # the init seed (creation order, summary)
+    assign_state: Callable[..., None]  # set_weights's only write path
+
     @property
     def params(self) -> Any:
         """The Flax ``"params"`` pytree of replicated ``jax.Array`` s."""
@@ -94,7 +105,7 @@ class ModelVariables:
         state = require_state(self._state)
         if is_layers_model(self.module):
             return weight_order.keras_order(self.module, state.params, state.model_state)
-        cached = getattr(self, "_creation_order", None)
+        cached = self._creation_order
         if cached is None or cached[0] is not self.module:
             order = weight_order.creation_order(self._adapter, jax.random.PRNGKey(self.seed),
                                                 self._sample_batch())

@@ -26,7 +26,7 @@ class _Renamed:
 
 def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any = None, *,
                 family: StepFamily, loss_weights: Any = None, weighted_metrics: Any = None,
-                scale_loss: bool = False, require_loss: bool = True) -> StepConfig:
+                scale_loss: bool = False, require_loss: bool = True, module: Any) -> StepConfig:
     """The `StepConfig` for ``Model.compile(optimizer, loss, metrics, ...)``.
 
     ``family`` is the model's `StepFamily` (`model_hooks.step_family_for`).
@@ -34,6 +34,9 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     With ``scale_loss`` (``"mixed_float16"``), the optimizer is wrapped in a
     `LossScaleOptimizer` unless it is one already, as Keras' ``compile`` does.
     ``require_loss=False`` (a model with its own ``train_step``) accepts ``loss=None``.
+    ``module`` is the model's Flax module: the params of its layers set to
+    ``trainable = False`` get no updates (read from the module itself: under a
+    mixed-precision policy ``adapter`` wraps it).
 
     Raises:
         ValueError: for a missing loss, an unknown name, per-output arguments that do not
@@ -44,7 +47,7 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
         raise ValueError("compile needs a loss, e.g. loss=\"sparse_categorical_crossentropy\"."
                          " Received: loss=None")
     # Layers set to trainable=False before compile get no updates, as in Keras.
-    tx = freeze_non_trainable(optimizers_lib.get(optimizer), getattr(adapter, "module", None))
+    tx = freeze_non_trainable(optimizers_lib.get(optimizer), module)
     if scale_loss and not isinstance(tx, LossScaleOptimizer):
         tx = LossScaleOptimizer(tx)
     keys = multi_output.loss_keys(loss)

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from mirrorfit._src.callbacks.fingerprint_check import public_name
-from mirrorfit._src.trainers.data_adapters import ArrayDataAdapter
+from mirrorfit._src.trainers.data_adapters import DataAdapter
 from mirrorfit._src.trainers.step_family import StepConfig
 
 SAMPLE_ROWS = 32
@@ -42,7 +42,7 @@ def sample_rows(num_rows: int) -> np.ndarray:
     return np.unique(np.linspace(0, num_rows - 1, count).round().astype(np.int64))
 
 
-def data_fingerprint(data: Any) -> dict[str, Any] | None:
+def data_fingerprint(data: DataAdapter) -> dict[str, Any] | None:
     """The fingerprint of a training data adapter; ``None`` for an iterable input.
 
     An iterable cannot be read without consuming it, so it has no fingerprint (the shuffle
@@ -55,12 +55,14 @@ def data_fingerprint(data: Any) -> dict[str, Any] | None:
         ``{"rows": int, "arrays": {name: {"shape": [...], "dtype": str}}, "sample_sha256":
         str}``, or ``None``.
     """
-    if not isinstance(data, ArrayDataAdapter):
+    trees = data.arrays()
+    if trees is None:
         return None
-    index = sample_rows(data.num_examples)
+    num_examples = len(jax.tree.leaves(trees[0])[0])
+    index = sample_rows(num_examples)
     digest = hashlib.sha256()
     arrays = {}
-    for name, tree in (("x", data.x), ("y", data.y), ("sample_weight", data.sample_weight)):
+    for name, tree in zip(("x", "y", "sample_weight"), trees):
         if tree is None:
             continue
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
@@ -68,7 +70,7 @@ def data_fingerprint(data: Any) -> dict[str, Any] | None:
             arrays[key] = {"shape": list(leaf.shape), "dtype": leaf.dtype.name}
             digest.update(key.encode())
             digest.update(np.ascontiguousarray(np.take(leaf, index, axis=0)).tobytes())
-    return {"rows": int(data.num_examples), "arrays": arrays,
+    return {"rows": int(num_examples), "arrays": arrays,
             "sample_sha256": digest.hexdigest()}
 
 

@@ -34,7 +34,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.distribute.batch import Batch
-from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.distribute.replica_context import (
     ReplicaContext,
     compute_average_loss,
@@ -42,6 +42,7 @@ from mirrorfit._src.distribute.replica_context import (
     replica_context,
 )
 from mirrorfit._src.distribute.run import compile_per_replica
+from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers import statistics as stats_lib
@@ -62,6 +63,12 @@ class ModelHooks:
 
     _sown: list[Any] | None = None  # values sown into "losses" by the newest forward pass
     _traced_params: Any = None  # the params being differentiated, inside compute_loss
+    # Read here, owned by `Model` (the Trainer typed Any: the step family does not import
+    # the loops, which build on it):
+    _trainer: Any  # the Trainer: its config's loss (compute_loss) and optimizer (_update)
+    trainer: Any  # the same Trainer, as the public property
+    _adapter: ModuleAdapter  # the module's forward pass (_forward)
+    strategy: DeviceMesh  # compiles the hooked statistics step (step_hooks)
 
     @property
     def params(self) -> Any:

@@ -40,7 +40,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.utils.checks import MirrorfitWarning
-from mirrorfit._src.trainers.data_adapters import input_fingerprint
+from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers import fingerprint
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.step_family import StepConfig
@@ -96,7 +96,7 @@ class Trainer(TrainingLoop):
         self.config: StepConfig | None = None
         self.steps_per_execution = 1
         self.progress: Progress | None = None
-        self.train_data: Any = None
+        self.train_data: DataAdapter | None = None
         self.train_fn: Callable | None = None
         self.prefetch = True
         self._resume_point: ResumePoint | None = None
@@ -138,8 +138,7 @@ class Trainer(TrainingLoop):
 
     def epoch_order(self, epoch: int) -> np.ndarray | None:
         """The running ``fit`` 's row order in ``epoch`` (``None``: in order, or no fixed order)."""
-        order = getattr(self.train_data, "epoch_order", None)
-        return None if order is None else order(epoch)
+        return None if self.train_data is None else self.train_data.epoch_order(epoch)
 
     def callback_list(self, model, callbacks: Sequence[Callback] | None, *, verbose: int,
                       steps: int | None, epochs: int = 1, history: History | None = None
@@ -201,26 +200,26 @@ class Trainer(TrainingLoop):
 
     # -- loops ----------------------------------------------------------------------------
 
-    def _placed(self, data, epoch: int = 0, start_step: int = 0, group: int = 1):
+    def _placed(self, data: DataAdapter, epoch: int = 0, start_step: int = 0, group: int = 1):
         """The epoch's batches placed on the mesh (ahead, on the prefetch thread for a source
         that runs user code); close it after use."""
         batches = data.batches(epoch, start_step=start_step, group=group)
         placed = place_batches(batches, self.strategy, stacked=group > 1, local=data.local_rows)
         return contextlib.closing(prefetch(placed, self.prefetch and data.runs_user_code))
 
-    def fit(self, model, train, *, epochs: int, initial_epoch: int, callbacks, verbose: int,
-            validation=None, validation_freq: int = 1) -> History:
+    def fit(self, model, train: DataAdapter, *, epochs: int, initial_epoch: int, callbacks,
+            verbose: int, validation: DataAdapter | None = None, validation_freq: int = 1
+            ) -> History:
         """Runs epochs ``initial_epoch .. epochs - 1`` of training, validating as asked.
 
         Args:
             model: the `Model` whose ``state`` is trained (written after every step).
-            train: a data adapter with ``batches(epoch, start_step, group)`` and ``steps``
-                (steps per epoch, or ``None`` when unknown).
+            train: the training data (its ``steps`` per epoch may be ``None``: unknown).
             epochs: index of the last epoch + 1.
             initial_epoch: first epoch, unless a callback calls `resume_from`.
             callbacks: the user's callbacks, or ``None``.
             verbose: 0 silent, 1 progress bar, 2 one line per epoch.
-            validation: a data adapter evaluated after every ``validation_freq`` epochs.
+            validation: the data evaluated after every ``validation_freq`` epochs.
             validation_freq: epochs between validations.
 
         Returns:
@@ -228,7 +227,7 @@ class Trainer(TrainingLoop):
         """
         # Several processes: fail fast, before any collective, unless all train alike.
         self.strategy.check_same_across_processes({
-            "global batch_size": getattr(train, "batch_size", None),
+            "global batch_size": train.batch_size,
             "steps per epoch": train.steps, "epochs": epochs, **input_fingerprint(train),
             "input shapes": model.input_spec,
             "param shapes": jax.tree.map(lambda a: tuple(a.shape), model.params)})
@@ -300,10 +299,10 @@ class Trainer(TrainingLoop):
             if model.stop_training:
                 break
         if batch is None:  # exhausted: the steps the source really gave (no group fillers)
-            step = getattr(data, "steps_seen", step)
+            step = data.steps_seen
         return self._decode(statistics), step if data.steps is None else min(step, data.steps)
 
-    def train_on_batch(self, model, data) -> dict[str, float]:
+    def train_on_batch(self, model, data: DataAdapter) -> dict[str, float]:
         """One train step on the one batch of ``data`` (``Model.train_on_batch``); its logs.
 
         The step is the one ``fit`` compiles, so calls with the same shapes never recompile.
@@ -317,12 +316,12 @@ class Trainer(TrainingLoop):
         model.state, statistics = train_fn(model.state, statistics, batch)
         return self._decode(statistics)
 
-    def evaluate(self, model, data, callbacks: CallbackList) -> dict[str, float]:
-        """Loss and metrics over every batch of ``data`` (a data adapter), in order.
+    def evaluate(self, model, data: DataAdapter, callbacks: CallbackList) -> dict[str, float]:
+        """Loss and metrics over every batch of ``data``, in order.
 
         Args:
             model: the `Model` whose ``state`` is evaluated (not changed).
-            data: a data adapter with ``batches(epoch)`` and ``steps``.
+            data: the data to evaluate.
             callbacks: the loop's `CallbackList` (``on_test_*`` hooks).
 
         Returns:
@@ -346,14 +345,14 @@ class Trainer(TrainingLoop):
         callbacks.on_test_end(values)
         return values
 
-    def predict(self, model, data, callbacks: CallbackList) -> Any:
+    def predict(self, model, data: DataAdapter, callbacks: CallbackList) -> Any:
         """Model outputs for the real rows of every batch of ``data``, in order, as NumPy.
 
         Outputs of step ``k - 1`` are copied to the host after step ``k`` is dispatched.
 
         Args:
             model: the `Model` whose ``state`` predicts.
-            data: a data adapter (batches without targets).
+            data: the inputs (batches without targets).
             callbacks: the loop's `CallbackList` (``on_predict_*`` hooks).
 
         Returns:
@@ -393,7 +392,7 @@ class Trainer(TrainingLoop):
         return jax.tree.map(lambda a: a[masks[1]], self.strategy.fetch(y_pred))
 
 
-def _first(batches, data) -> Batch:
+def _first(batches, data: DataAdapter) -> Batch:
     """The first batch of ``batches``.
 
     Raises:
@@ -403,6 +402,6 @@ def _first(batches, data) -> Batch:
     if batch is None:
         raise ValueError("The input yielded no batch: a generator or iterator can be used "
                          "only once; pass a new one, or a re-iterable (list, PyDataset, "
-                         f"dataset). Received: an exhausted {getattr(data, 'kind', 'input')}")
+                         f"dataset). Received: an exhausted {data.kind}")
     return batch
 

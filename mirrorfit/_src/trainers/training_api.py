@@ -10,19 +10,38 @@ builds the model through ``Model._check_input``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.modules import input_spec
+from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.modules.mixed_precision import Policy
 from mirrorfit._src.callbacks.callback import Callback, History
 from mirrorfit._src.utils.checks import positive_int, verbosity
 from mirrorfit._src.trainers.compile_utils import step_config
 from mirrorfit._src.trainers.model_hooks import overridden, step_family_for
+from mirrorfit._src.trainers.state import TrainState
+from mirrorfit._src.trainers.trainer import Trainer
 
 
 class TrainingAPI:
     """Keras' ``compile``/``fit``/``evaluate``/``predict``; mixed into `Model`."""
+
+    # Read here, owned by `Model` (set by its __init__ and _set_module):
+    _state: TrainState | None  # the training state; compile writes a new opt_state into it
+    _strategy: DeviceMesh  # where the state lives and the steps run
+    _trainer: Trainer  # the loops, configured by compile
+    _adapter: ModuleAdapter  # the module's forward pass, for the steps' config
+    module: Any  # the Flax module, whose frozen layers compile reads
+    _input_spec: Any  # per-example input shapes once built, to check validation data
+    seed: int  # base seed of the shuffle order
+    dtype_policy: Policy  # "mixed_float16" scales the loss
+    _check_input: Callable[..., None]  # builds the model from inputs, or checks them
+    _init_opt_state: Callable[[Any], Any]  # params -> mirrored optimizer state
+    # Written by compile (``None`` from Model.__init__), read by Sequential.add:
+    _compile_config: dict[str, Any] | None
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
@@ -55,7 +74,8 @@ class TrainingAPI:
             self._adapter, optimizer, loss, metrics, family=step_family_for(self),
             loss_weights=loss_weights, weighted_metrics=weighted_metrics,
             require_loss=not overridden(self, "train_step"),
-            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16")
+            scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16",
+            module=self.module)
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
@@ -90,9 +110,8 @@ class TrainingAPI:
         if check:  # fit checks them with its other settings, in one all-gather
             self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
-        if not isinstance(data, data_adapters.ArrayDataAdapter):
-            # each later batch is checked against the built model's input shapes
-            data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
+        # a source of batches checks its first padded batch with it (DataAdapter.check_input)
+        data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,

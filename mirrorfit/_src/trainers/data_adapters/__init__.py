@@ -1,7 +1,8 @@
 """The input layer: whatever ``fit``, ``evaluate`` and ``predict`` receive, as padded batches.
 
 One adapter per input kind, chosen in one place (`get_data_adapter`), as Keras 3's
-``trainers/data_adapters``:
+``trainers/data_adapters``. Each is a `DataAdapter` (``data_adapter``), the interface the
+loops read:
 
 * `ArrayDataAdapter`: NumPy/JAX arrays, pandas objects, or dicts/tuples/lists of them;
 * `IterableDataAdapter`: every source of batches; its kinds live in their own modules:
@@ -15,9 +16,10 @@ Every adapter has ``steps`` (steps per epoch, ``None`` when unknown), ``first_in
 `mirrorfit._src.distribute.batch.Batch` es of one static shape, and ``local_rows`` (whether they are
 this process's rows of each global batch, to place with ``shard_local_batch``), and
 ``runs_user_code`` (whether producing a batch runs the user's generator, ``__getitem__`` or
-loader: the trainer then runs it ahead on the prefetch thread). An argument that does not
-apply to the chosen kind is a ``ValueError`` (`raise_unsupported_arg`), never silently ignored.
-`train_and_validation` applies ``fit``'s validation arguments.
+loader: the trainer then runs it ahead on the prefetch thread); `DataAdapter` lists the rest.
+An argument that does not apply to the chosen kind is a ``ValueError``
+(`raise_unsupported_arg`), never silently ignored. `train_and_validation` applies ``fit``'s
+validation arguments.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.utils.checks import MirrorfitWarning, positive_int
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import (
     ArrayDataAdapter,
+    fingerprint,
     is_array_input,
 )
 from mirrorfit._src.trainers.data_adapters.class_weight import check_class_weight
+from mirrorfit._src.trainers.data_adapters.data_adapter import DataAdapter
 from mirrorfit._src.trainers.data_adapters.distributed_dataset_adapter import (
     distributed_dataset_adapter,
     is_distributed_dataset,
@@ -59,8 +63,6 @@ from mirrorfit._src.trainers.data_adapters.torch_data_loader_adapter import (
 
 DEFAULT_BATCH_SIZE = 32
 """Keras' default global batch size."""
-
-DataAdapter = ArrayDataAdapter | IterableDataAdapter
 
 _WHY = {
     "y": "the source already yields the targets; yield (x, y) batches instead",
@@ -206,9 +208,14 @@ def input_fingerprint(data: DataAdapter) -> dict[str, Any]:
     """
     if data.local_rows:
         return per_process_fingerprint(data)
-    if not isinstance(data, ArrayDataAdapter):
+    arrays = data.arrays()
+    if arrays is None:
         return {}
-    return {f"input {name}": value for name, value in data.fingerprint().items()}
+    fields = {}
+    for name, tree in zip(("x", "y", "sample_weight"), arrays):
+        if tree is not None:
+            fields.update(fingerprint(tree, f"input {name}"))
+    return fields
 
 
 def _is_xy_tuple(data: Any) -> bool:

@@ -5,8 +5,9 @@ dicts/tuples/lists of them (one per model input), are indexed by a
 (shuffled) row order. A global batch that does not divide by the replica count, and the last
 partial batch of an epoch, are padded up to ``padded_batch_size`` rows by repeating real
 rows (`mirrorfit._src.distribute.batch.pad_index`) and masked. ``class_weight`` becomes sample weights
-(`mirrorfit._src.trainers.data_adapters.class_weight`). `ArrayDataAdapter.fingerprint` summarises the
-arrays so that several processes can check they were given the same global data.
+(`mirrorfit._src.trainers.data_adapters.class_weight`). `fingerprint` summarises the arrays
+(`ArrayDataAdapter.arrays`) so that several processes can check they were given the same
+global data.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.distribute.batch import Batch, pad_index, padded_size, real_rows_mask, take_rows
 from mirrorfit._src.trainers.data_adapters.class_weight import class_weights_to_sample_weights
+from mirrorfit._src.trainers.data_adapters.data_adapter import DataAdapter
 
 FINGERPRINT_ROWS = 8
 """Rows (evenly spaced, first and last included) hashed per array by `fingerprint`."""
@@ -92,7 +94,7 @@ def num_rows(tree: Any, name: str) -> int:
     return sizes.pop()
 
 
-class ArrayDataAdapter:
+class ArrayDataAdapter(DataAdapter):
     """In-memory arrays split into global batches of ``batch_size`` rows.
 
     Args:
@@ -114,6 +116,7 @@ class ArrayDataAdapter:
     local_rows = False  # every process passes whole global batches (see IterableDataAdapter)
     runs_user_code = False  # a batch is a NumPy gather: placed on the calling thread, one
     #                         step ahead (a prefetch thread only slows it; trainer.py)
+    kind = "arrays"
 
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
                  shuffle=False, seed=0, class_weight=None):
@@ -181,13 +184,9 @@ class ArrayDataAdapter:
         """The inputs ``x`` (NumPy pytree ``[num_examples, ...]``), to build or check the model."""
         return self.x
 
-    def fingerprint(self) -> dict[str, tuple]:
-        """`fingerprint` of x, y and sample_weight, keyed ``"x..."``, ``"y..."``, ..."""
-        out = fingerprint(self.x, "x")
-        for name, tree in (("y", self.y), ("sample_weight", self.sample_weight)):
-            if tree is not None:
-                out.update(fingerprint(tree, name))
-        return out
+    def arrays(self) -> tuple[Any, Any, Any]:
+        """``(x, y, sample_weight)`` as NumPy ``[num_examples, ...]`` (see `DataAdapter`)."""
+        return self.x, self.y, self.sample_weight
 
     def epoch_order(self, epoch: int) -> np.ndarray | None:
         """Row order of an epoch (``None``: in order). Deterministic in (seed, epoch)."""
@@ -203,6 +202,7 @@ class ArrayDataAdapter:
         which the step treats as no-ops, so every item has the same shape.
         """
         order = self.epoch_order(epoch)
+        self.steps_seen = start_step
         for first in range(start_step, self.steps, group):
             indices, weights, masks = [], [], []
             for step in range(first, first + group):
@@ -219,6 +219,7 @@ class ArrayDataAdapter:
                                       else i for i in indices])
             else:
                 idx = indices[0]
+            self.steps_seen = min(first + group, self.steps)
             yield self._gather(idx, weights, masks, group)
 
     def _step_indices(self, order, step):

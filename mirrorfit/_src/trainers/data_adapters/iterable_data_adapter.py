@@ -25,6 +25,7 @@ from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.distribute.batch import Batch, pad_rows, padded_size, real_rows_mask, stack
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.trainers.data_adapters.class_weight import class_weights_to_sample_weights
+from mirrorfit._src.trainers.data_adapters.data_adapter import DataAdapter
 
 MAP_HINT = ("Map it to (x, y) first, e.g. dataset.map(lambda d: (d['image'], d['label'])) "
             "(grain, tf.data), or return a tuple from the loader.")
@@ -40,7 +41,7 @@ def to_numpy(leaf: Any) -> np.ndarray:
     return np.asarray(leaf)
 
 
-class IterableDataAdapter:
+class IterableDataAdapter(DataAdapter):
     """A source of global batches ``x``, ``(x, y)`` or ``(x, y, sample_weight)``.
 
     The first batch fixes the global batch size; later, smaller batches are padded and
@@ -65,6 +66,7 @@ class IterableDataAdapter:
 
     runs_user_code = True  # next() runs the user's generator or loader: run it ahead on the
     #                        prefetch thread (trainer.py)
+    batch_size = None  # the batches fix their own size (`padded_batch_size` once read)
 
     def __init__(self, data: Iterable, *, steps_per_epoch: int | None, num_replicas: int,
                  with_targets: bool = True, class_weight: Mapping[int, float] | None = None,
@@ -87,10 +89,7 @@ class IterableDataAdapter:
         self._full_rows: int | None = None  # rows of the first batch, and its mask, which
         self._full_mask: np.ndarray | None = None  # every batch of that size shares
         self._peeked: tuple[Any, Iterator] | None = None  # (first item, rest of epoch 0)
-        self.steps_seen = 0  # steps read so far in the current epoch (from its start)
         self._example_shapes: Any = None  # per-example (x, y) shapes of the first batch
-        self.check_input: Callable[[Any], None] | None = None  # set by a built model: raises
-        #                  a ValueError for inputs its params do not fit
 
     def first_inputs(self) -> Any:
         """``x`` of the first batch (NumPy), read once ahead; epoch 0 then starts with it.
@@ -143,7 +142,7 @@ class IterableDataAdapter:
     def batches(self, epoch: int = 0, *, start_step: int = 0, group: int = 1
                 ) -> Iterator[Batch]:
         """Yields the epoch's padded batches (``group`` stacked per item; see
-        `ArrayDataAdapter.batches`). Yields nothing if the source has run dry."""
+        `DataAdapter.batches`). Yields nothing if the source has run dry."""
         pending, step = [], start_step
         self.steps_seen = step
         items = self._epoch_items(epoch, start_step)
