@@ -45,11 +45,11 @@ from mirrorfit._src.layers.reshaping import UpSampling2D as UpSampling2D
 from mirrorfit._src.layers.reshaping import ZeroPadding2D as ZeroPadding2D
 
 __all__ = [
-    "GRU", "LSTM", "Activation", "Add", "AveragePooling1D", "AveragePooling2D",
+    "GRU", "L1", "L1L2", "L2", "LSTM", "Activation", "Add", "AveragePooling1D", "AveragePooling2D",
     "BatchNormalization", "Concatenate", "Conv1D", "Conv2D", "Conv2DTranspose", "Conv3D",
     "Dense", "DepthwiseConv2D", "Dropout", "Embedding", "Flatten", "GlobalAveragePooling1D",
     "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GroupNormalization",
-    "Input", "KerasTensor", "L1", "L1L2", "L2", "Layer", "LayerNormalization", "MaxPooling1D",
+    "Input", "KerasTensor", "Layer", "LayerNormalization", "MaxPooling1D",
     "MaxPooling2D", "MultiHeadAttention", "Multiply", "Permute", "Rescaling", "Reshape",
     "SeparableConv2D", "SimpleRNN", "UpSampling2D", "ZeroPadding2D",
 ]

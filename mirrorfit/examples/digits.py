@@ -223,7 +223,7 @@ def build_model(kind: str, num_features: int, seed: int) -> mf.Model:
     if kind == "mlp":
         return mf.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax],
                              input_shape=(num_features,), seed=seed)
-    side = int(round(num_features ** 0.5))
+    side = round(num_features ** 0.5)
     return mf.Sequential([
         mf.Input((side, side, 1)),
         mf.layers.Conv2D(32, 3, activation="relu", padding="same"),
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         x_train, y_train, x_test, y_test = load_mnist_npz(args.data_path)
     num_features = x_train.shape[1]
     if args.model == "cnn":  # images [N, side, side, 1], channels last as Keras
-        side = int(round(num_features ** 0.5))
+        side = round(num_features ** 0.5)
         x_train, x_test = (x.reshape(-1, side, side, 1) for x in (x_train, x_test))
 
     strategy = mf.MirroredStrategy()

@@ -35,7 +35,7 @@ class LazyLogs(Mapping):
         decode: turns ``snapshot`` into ``{name: float}``; called at most once.
     """
 
-    __slots__ = ("_snapshot", "_decode", "_values")
+    __slots__ = ("_decode", "_snapshot", "_values")
 
     def __init__(self, snapshot: Any, decode: Callable[[Any], dict[str, float]]):
         self._snapshot = snapshot

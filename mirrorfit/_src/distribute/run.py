@@ -253,7 +253,8 @@ def _batch_aligned(mesh, compiled, kinds, dynamic) -> list[bool]:
     base = jax.tree.leaves(jax.eval_shape(compiled, *shapes(0)))
     try:
         grown = jax.tree.leaves(jax.eval_shape(compiled, *shapes(1)))
-    except Exception:  # fn is not shape-polymorphic: fall back to matching the row count
+    except Exception:  # noqa: BLE001 - any failure: fn is not shape-polymorphic, so fall
+        # back to matching the row count
         return [v.ndim > 1 and v.shape[1] == rows for v in base]
     return [v.ndim > 1 and g.shape[1] == v.shape[1] + 1 for v, g in zip(base, grown)]
 

@@ -50,7 +50,7 @@ class PerReplica:
             per-replica batch axis (axis 1 of ``values``) are real, not padding.
     """
 
-    __slots__ = ("values", "mask")
+    __slots__ = ("mask", "values")
 
     def __init__(self, values: jax.Array, mask: jax.Array | None = None):
         self.values = values
