@@ -152,7 +152,8 @@ def load_digits_split(seed: int) -> Split:
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.2, stratify=y, random_state=seed
     )
-    return x_train, y_train, x_test, y_test
+    # sklearn ships no type stubs; pyright infers lists where it returns arrays.
+    return x_train, y_train, x_test, y_test  # pyright: ignore[reportReturnType]
 
 
 def load_mnist_npz(path: pathlib.Path) -> Split:
@@ -186,7 +187,7 @@ def load_mnist_npz(path: pathlib.Path) -> Split:
     return pixels(x_train), y_train.astype(np.int32), pixels(x_test), y_test.astype(np.int32)
 
 
-def save_history_plot(history: dict[str, list[float]], path: pathlib.Path) -> None:
+def save_history_plot(history: dict[str, list[float | np.ndarray]], path: pathlib.Path) -> None:
     """Plots loss and accuracy per epoch, train and validation, into a PNG.
 
     Args:

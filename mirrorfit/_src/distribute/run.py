@@ -149,6 +149,7 @@ class Runner:
         self._in_flight.push(outputs)
         if mask is None:
             return mirrored_outputs.resolve(jax.tree.map(PerReplica, outputs), mesh, fn)
+        assert aligned is not None  # computed whenever there is a mask (part of the cache key)
         per_replica_mask = mask.reshape(mesh.num_replicas_in_sync, -1)
         leaves, treedef = jax.tree.flatten(outputs)
         return mirrored_outputs.resolve(jax.tree.unflatten(treedef, [

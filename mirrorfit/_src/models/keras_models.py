@@ -108,6 +108,7 @@ class ModelLayers:
         if not is_layers_model(self.module):
             raise ValueError("get_layer(name=...) needs a model of mirrorfit.layers (whose "
                              f"layers have names); use index=. Received: name={name!r}")
+        assert name is not None  # exactly one of name and index (checked above)
         return model_info.get_layer(self.module, name)
 
 

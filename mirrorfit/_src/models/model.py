@@ -173,7 +173,9 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
             create_state(params, model_state, opt_state, self.seed))
 
     def _init_opt_state(self, params):
-        init = jax.jit(self._trainer.config.optimizer.init,
+        config = self._trainer.config
+        assert config is not None  # called once compiled
+        init = jax.jit(config.optimizer.init,
                        out_shardings=self._strategy.replicated_sharding)
         return init(params)
 

@@ -11,10 +11,11 @@ does not divide by the replica count is padded and masked, not rejected.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.core
 import numpy as np
 
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
@@ -26,6 +27,15 @@ from mirrorfit._src.trainers.state import require_state
 class ModelCalls:
     """``model(x)``, ``apply`` and the ``*_on_batch`` methods; see the module docstring."""
 
+    # Set by `mirrorfit.Model`, which this class is mixed into.
+    _trainer: Any
+    _state: Any
+    _adapter: Any
+    _check_input: Callable[..., None]
+    _require_compiled: Callable[[str], None]
+    _adapter_for: Callable[..., Any]
+    predict: Callable[..., Any]
+    evaluate: Callable[..., Any]
     _jitted_forward: Any = None
 
     @property

@@ -54,7 +54,7 @@ class Sequential(Model):
         'dense'
     """
 
-    def __init__(self, layers: Sequence[Callable[..., Any]] | None = None,
+    def __init__(self, layers: Sequence[Callable[..., Any] | KerasTensor] | None = None,
                  input_shape: Any = None, *, name: str | None = None, **kwargs: Any):
         if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, type(None))):
             raise TypeError("layers must be a list of layers, e.g. [mf.layers.Dense(10)]. "

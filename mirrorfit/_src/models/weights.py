@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
@@ -36,7 +37,7 @@ def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
     rank = {path: i for i, path in enumerate(order)}
     paths = weight_order.tree_paths(tree)
     numeric = [i for i, leaf in enumerate(leaves)
-               if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+               if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
     numeric.sort(key=lambda i: (rank.get(paths[i], len(rank)), i))
     return leaves, treedef, numeric
 
@@ -73,6 +74,14 @@ def set_weights(state: TrainState, weights: Sequence[Any],
 
 class ModelVariables:
     """Reading, writing, saving and printing a model's variables; mixed into `Model`."""
+
+    # Set by `mirrorfit.Model`, which this class is mixed into.
+    _state: Any
+    _input_spec: Any
+    _adapter: Any
+    module: Any
+    seed: int
+    assign_state: Callable[..., None]
 
     @property
     def params(self) -> Any:

@@ -61,6 +61,7 @@ class StepHooks(NamedTuple):
 class ModelHooks:
     """The hooks' default implementations; mixed into `mirrorfit.Model`."""
 
+    _trainer: Any  # set by `mirrorfit.Model`, which this class is mixed into
     _sown: list[Any] | None = None  # values sown into "losses" by the newest forward pass
     _traced_params: Any = None  # the params being differentiated, inside compute_loss
 
@@ -157,6 +158,7 @@ def step_hooks(model: Any) -> StepHooks | None:
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
             with _masked_context(batch.mask):
                 new_state, stats = local(cfg, state, batch, "train")
+            assert new_state is not None  # a train step returns its new state
             flat, _ = steps_lib._flat(stats)
             flat = lax.psum(flat, BATCH_AXIS)
             new_state = new_state._replace(step=state.step + 1, rng=state.rng)

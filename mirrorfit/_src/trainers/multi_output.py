@@ -14,7 +14,7 @@ per-output means, as on one device.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -112,7 +112,8 @@ class MultiOutputLoss:
     def __call__(self, y_true: Any, y_pred: Any) -> jax.Array:
         """The weighted total per-example loss ``[batch]``."""
         parts = self.per_output(y_true, y_pred)
-        return sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
+        total = sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
+        return cast(jax.Array, total)  # self.losses is never empty: never sum's start value 0
 
     def not_probabilities(self, y_pred: Any) -> jax.Array | None:
         """Rows where any output's loss got outputs that are not probabilities, or ``None``."""

@@ -58,7 +58,8 @@ class StepConfig(NamedTuple):
     """What a step needs besides its arguments; fixed at ``compile``."""
 
     adapter: ModuleAdapter
-    loss: Callable[[Any, Any], jax.Array]  # (y_true, y_pred) -> per-example loss [batch]
+    # (y_true, y_pred) -> per-example loss [batch]; None for a model with its own train_step
+    loss: Callable[[Any, Any], jax.Array] | None
     metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects, weighted by the mask only
     optimizer: optax.GradientTransformation
     weighted_metrics: Sequence[Any] = ()  # metrics weighted by sample_weight (and the mask)
@@ -87,8 +88,8 @@ def _statistics(cfg: StepConfig, y, y_pred, per_example_loss, batch: Batch,
     loss_total = _masked_sum(per_example_loss, weight)
     if extra_loss is not None:
         loss_total = loss_total + extra_loss
-    stats = {"loss": {"total": loss_total,
-                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
+    stats: dict[str, Any] = {"loss": {"total": loss_total,
+                                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
     for name, values in (per_output(y, y_pred) if per_output else {}).items():
         stats[name] = _masked_sum(values, weight)
@@ -223,6 +224,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
             y_pred, model_state, losses = cfg.adapter.apply_with_losses(
                 params, state.model_state, batch.x, train=True, rng=rng
             )
+            assert cfg.loss is not None  # compile requires a loss for the default steps
             per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
             extra = share_of_sum(losses, batch.mask)
             total = _masked_sum(per_example, _weight(batch))
@@ -258,6 +260,7 @@ def make_train_step(cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
             )
 
         def skip(state: TrainState) -> TrainState:  # a non-finite gradient on some replica
+            assert scaler is not None  # only a LossScaleOptimizer skips
             return state._replace(opt_state=scaler.handle_non_finite_grads(state.opt_state),
                                   step=state.step + 1)
 
@@ -304,6 +307,7 @@ def make_eval_step(cfg: StepConfig) -> Callable:
         y_pred, _, losses = cfg.adapter.apply_with_losses(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
+        assert cfg.loss is not None  # compile requires a loss for the default steps
         per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
         stats, _ = _flat(_statistics(cfg, batch.y, y_pred, per_example, batch,
                                      share_of_sum(losses, batch.mask)))
@@ -335,6 +339,7 @@ def statistics_layout(cfg: StepConfig, state: TrainState, batch: Batch, kind: st
         y_pred, _ = cfg.adapter.apply(
             state.params, state.model_state, batch.x, train=False, rng=state.rng
         )
+        assert cfg.loss is not None  # compile requires a loss for the default steps
         per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
         return _statistics(cfg, batch.y, y_pred, per_example, batch)
 

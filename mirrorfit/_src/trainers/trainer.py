@@ -162,6 +162,7 @@ class Trainer:
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
+            assert self.config is not None  # set by configure (compile)
             layout = steps_lib.statistics_layout(self.config, state, sample, kind)
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
         return self.strategy.replicate_arrays(self._layouts[kind][1])
@@ -172,6 +173,7 @@ class Trainer:
         A metric with one value per class or threshold (e.g. ``F1Score(average=None)``)
         gives a NumPy array, as Keras does.
         """
+        assert self.config is not None  # set by configure (compile)
         stats = self._layouts[kind][0].unflatten(np.asarray(self.strategy.fetch(statistics)))
         for key, message in steps_lib.statistics_warnings(self.config, stats).items():
             if key not in self._warned:  # once per fit (and per compile outside fit)
@@ -275,6 +277,7 @@ class Trainer:
         group = self.steps_per_execution
         step = 0 if resume is None else resume.step
         statistics = self._fresh_statistics(model.state, batch)
+        assert self._train_step is not None  # set by configure (compile)
         train_fn = self.train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
         if resume is not None and resume.restore_statistics is not None:
@@ -305,6 +308,7 @@ class Trainer:
         batch = next(place_batches(data.batches(0, group=group), self.strategy,
                                    stacked=group > 1))
         statistics = self._fresh_statistics(model.state, batch)
+        assert self._train_step is not None  # set by configure (compile)
         train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
         model.state, statistics = train_fn(model.state, statistics, batch)
@@ -325,6 +329,7 @@ class Trainer:
         with self._placed(data) as batches:
             batch = _first(batches, data)
             statistics = self._fresh_statistics(model.state, batch, "eval")
+            assert self._eval_step is not None  # set by configure (compile)
             eval_fn = self._compiled_step(self._eval_step, (model.state, statistics, batch), P())
             in_flight = InFlight()
             step = 0
@@ -366,11 +371,11 @@ class Trainer:
                 callbacks.on_predict_batch_begin(step)
                 ready = in_flight.push((predict_fn(model.state, batch), batch.mask))
                 if ready is not None:
-                    outputs.append(self._to_host(*ready, masks))
+                    outputs.append(self._to_host(*ready, masks=masks))
                     callbacks.on_predict_batch_end(step - 1)
         if step < 0:
             _first(iter(()), data)
-        outputs.append(self._to_host(*in_flight.push(None), masks))
+        outputs.append(self._to_host(*in_flight.push(None), masks=masks))
         callbacks.on_predict_batch_end(step)
         callbacks.on_predict_end()
         return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)

@@ -10,8 +10,8 @@ builds the model through ``Model._check_input``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, overload
 
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.modules import input_spec
@@ -23,6 +23,17 @@ from mirrorfit._src.trainers.model_hooks import overridden, step_hooks
 
 class TrainingAPI:
     """Keras' ``compile``/``fit``/``evaluate``/``predict``; mixed into `Model`."""
+
+    # Set by `mirrorfit.Model`, which this class is mixed into.
+    _trainer: Any
+    _state: Any
+    _adapter: Any
+    _strategy: Any
+    _input_spec: Any
+    dtype_policy: Any
+    seed: int
+    _check_input: Callable[..., None]
+    _init_opt_state: Callable[[Any], Any]
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
@@ -79,7 +90,8 @@ class TrainingAPI:
             raise ValueError(f"You must call model.compile(optimizer, loss) before model.{method}()."
                              " Received: an uncompiled model")
 
-    def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *, shuffle=False,
+    def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *,
+                     shuffle: bool | None = False,
                      steps=None, with_targets=True, steps_name="steps", check=True,
                      **kwargs):
         data = data_adapters.get_data_adapter(
@@ -161,6 +173,19 @@ class TrainingAPI:
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)
+
+    @overload
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                 verbose: str | int = "auto", sample_weight: Any = None,
+                 steps: int | None = None, *, return_dict: Literal[True],
+                 callbacks: Sequence[Callback] | None = None) -> dict[str, float]: ...
+
+    @overload
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                 verbose: str | int = "auto", sample_weight: Any = None,
+                 steps: int | None = None, return_dict: bool = False,
+                 callbacks: Sequence[Callback] | None = None
+                 ) -> float | list[float] | dict[str, float]: ...
 
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: str | int = "auto", sample_weight: Any = None,

@@ -204,7 +204,7 @@ def input_fingerprint(data: DataAdapter) -> dict[str, Any]:
     per-process pipelines (``local_rows``) must agree on their steps and batch rows
     (`per_process_fingerprint`).
     """
-    if data.local_rows:
+    if isinstance(data, IterableDataAdapter) and data.local_rows:  # never an array adapter
         return per_process_fingerprint(data)
     if not isinstance(data, ArrayDataAdapter):
         return {}

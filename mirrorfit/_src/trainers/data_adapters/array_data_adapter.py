@@ -78,12 +78,13 @@ def fingerprint(tree: Any, name: str) -> dict[str, tuple]:
 
 
 def num_rows(tree: Any, name: str) -> int:
-    sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in jax.tree.leaves(tree)}
-    if None in sizes:
+    leaves = jax.tree.leaves(tree)
+    if any(not np.ndim(leaf) for leaf in leaves):
         raise ValueError(
             f"{name} must hold arrays with a leading batch dimension. "
             f"Received: {name} with a scalar leaf"
         )
+    sizes = {np.shape(leaf)[0] for leaf in leaves}
     if len(sizes) != 1:
         raise ValueError(
             f"All arrays in {name} must have the same number of rows. "

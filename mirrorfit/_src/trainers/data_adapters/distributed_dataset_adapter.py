@@ -92,7 +92,10 @@ def distributed_dataset_adapter(dataset: DistributedDataset, *, strategy: Any,
         source = dataset.host_batches()
         for _ in range(start_step):
             next(source, None)
-        return _exactly(source, steps - start_step, steps, steps_name) if strict else source
+        if not strict:
+            return source
+        assert steps is not None  # checked above
+        return _exactly(source, steps - start_step, steps, steps_name)
 
     num_replicas = (dataset.num_local_replicas if dataset.per_process
                     else strategy.num_replicas_in_sync)
