@@ -14,27 +14,30 @@ from mirrorfit import optimizers as optimizers
 from mirrorfit import regularizers as regularizers
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks.callback import History as History
-from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
-from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
-from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
-from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint
-from mirrorfit._src.distribute.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distribute.distributed_input import InputContext as InputContext
-from mirrorfit._src.models.model import Model as Model
-from mirrorfit._src.models.sequential import Sequential as Sequential
-from mirrorfit._src.layers.functional import Input as Input
-from mirrorfit._src.models.loading import load_model as load_model
-from mirrorfit._src.distribute.strategy import MirroredStrategy as MirroredStrategy
-from mirrorfit._src.distribute.multi_worker.strategy import MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy
+from mirrorfit._src.distribute.gradients import apply_gradients as apply_gradients
+from mirrorfit._src.distribute.multi_worker.strategy import (
+    MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy,
+)
 from mirrorfit._src.distribute.replica_context import ReplicaContext as ReplicaContext
 from mirrorfit._src.distribute.replica_context import compute_average_loss as compute_average_loss
 from mirrorfit._src.distribute.replica_context import get_replica_context as get_replica_context
-from mirrorfit._src.distribute.replica_context import scale_regularization_loss as scale_regularization_loss
+from mirrorfit._src.distribute.replica_context import (
+    scale_regularization_loss as scale_regularization_loss,
+)
+from mirrorfit._src.distribute.strategy import MirroredStrategy as MirroredStrategy
 from mirrorfit._src.distribute.strategy import get_strategy as get_strategy
 from mirrorfit._src.distribute.values import Mirrored as Mirrored
 from mirrorfit._src.distribute.values import PerReplica as PerReplica
 from mirrorfit._src.distribute.values import ReduceOp as ReduceOp
 from mirrorfit._src.distribute.values import batch_mask as batch_mask
+from mirrorfit._src.layers.functional import Input as Input
+from mirrorfit._src.models.loading import load_model as load_model
+from mirrorfit._src.models.model import Model as Model
+from mirrorfit._src.models.sequential import Sequential as Sequential
+from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
+from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
+from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint
 from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
 
 __version__ = "0.1.0"
@@ -44,7 +47,6 @@ __all__ = [
     "CheckpointManager",
     "History",
     "Input",
-    "apply_gradients",
     "InputContext",
     "Mirrored",
     "MirroredStrategy",
@@ -55,19 +57,20 @@ __all__ = [
     "ReduceOp",
     "ReplicaContext",
     "Sequential",
+    "apply_gradients",
     "batch_mask",
     "callbacks",
     "compute_average_loss",
     "get_replica_context",
     "get_strategy",
     "latest_checkpoint",
-    "load_model",
-    "scale_regularization_loss",
     "layers",
+    "load_model",
     "losses",
     "metrics",
     "mixed_precision",
     "optimizers",
     "regularizers",
+    "scale_regularization_loss",
     "utils",
 ]

@@ -2,15 +2,15 @@
 
 from mirrorfit._src.callbacks.callback import Callback as Callback
 from mirrorfit._src.callbacks.callback import History as History
-from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
 from mirrorfit._src.callbacks.checkpoint import BackupAndRestore as BackupAndRestore
 from mirrorfit._src.callbacks.checkpoint import ModelCheckpoint as ModelCheckpoint
-from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
-from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
-from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
 from mirrorfit._src.callbacks.learning_rate import LearningRateScheduler as LearningRateScheduler
 from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLROnPlateau
+from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
+from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
 from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
+from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
+from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 
 __all__ = [

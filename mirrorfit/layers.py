@@ -3,8 +3,6 @@
 A tf.keras model definition ports by renaming ``tf.keras.layers`` to ``mirrorfit.layers``.
 """
 
-from mirrorfit._src.layers.functional import Input as Input
-from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
 from mirrorfit._src.layers.attention import MultiHeadAttention as MultiHeadAttention
 from mirrorfit._src.layers.base import Layer as Layer
 from mirrorfit._src.layers.convolutional import Conv1D as Conv1D
@@ -18,6 +16,8 @@ from mirrorfit._src.layers.core import Dense as Dense
 from mirrorfit._src.layers.core import Dropout as Dropout
 from mirrorfit._src.layers.core import Embedding as Embedding
 from mirrorfit._src.layers.core import Rescaling as Rescaling
+from mirrorfit._src.layers.functional import Input as Input
+from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
 from mirrorfit._src.layers.merging import Add as Add
 from mirrorfit._src.layers.merging import Concatenate as Concatenate
 from mirrorfit._src.layers.merging import Multiply as Multiply
@@ -45,11 +45,11 @@ from mirrorfit._src.layers.reshaping import UpSampling2D as UpSampling2D
 from mirrorfit._src.layers.reshaping import ZeroPadding2D as ZeroPadding2D
 
 __all__ = [
-    "GRU", "LSTM", "Activation", "Add", "AveragePooling1D", "AveragePooling2D",
+    "GRU", "L1", "L1L2", "L2", "LSTM", "Activation", "Add", "AveragePooling1D", "AveragePooling2D",
     "BatchNormalization", "Concatenate", "Conv1D", "Conv2D", "Conv2DTranspose", "Conv3D",
     "Dense", "DepthwiseConv2D", "Dropout", "Embedding", "Flatten", "GlobalAveragePooling1D",
     "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GroupNormalization",
-    "Input", "KerasTensor", "L1", "L1L2", "L2", "Layer", "LayerNormalization", "MaxPooling1D",
+    "Input", "KerasTensor", "Layer", "LayerNormalization", "MaxPooling1D",
     "MaxPooling2D", "MultiHeadAttention", "Multiply", "Permute", "Rescaling", "Reshape",
     "SeparableConv2D", "SimpleRNN", "UpSampling2D", "ZeroPadding2D",
 ]

@@ -4,8 +4,12 @@ from mirrorfit._src.losses.crossentropy_losses import (
     NOT_PROBABILITIES_WARNING as NOT_PROBABILITIES_WARNING,
 )
 from mirrorfit._src.losses.crossentropy_losses import BinaryCrossentropy as BinaryCrossentropy
-from mirrorfit._src.losses.crossentropy_losses import BinaryFocalCrossentropy as BinaryFocalCrossentropy
-from mirrorfit._src.losses.crossentropy_losses import CategoricalCrossentropy as CategoricalCrossentropy
+from mirrorfit._src.losses.crossentropy_losses import (
+    BinaryFocalCrossentropy as BinaryFocalCrossentropy,
+)
+from mirrorfit._src.losses.crossentropy_losses import (
+    CategoricalCrossentropy as CategoricalCrossentropy,
+)
 from mirrorfit._src.losses.crossentropy_losses import (
     CategoricalFocalCrossentropy as CategoricalFocalCrossentropy,
 )
@@ -17,7 +21,9 @@ from mirrorfit._src.losses.crossentropy_losses import binary_crossentropy as bin
 from mirrorfit._src.losses.crossentropy_losses import (
     binary_focal_crossentropy as binary_focal_crossentropy,
 )
-from mirrorfit._src.losses.crossentropy_losses import categorical_crossentropy as categorical_crossentropy
+from mirrorfit._src.losses.crossentropy_losses import (
+    categorical_crossentropy as categorical_crossentropy,
+)
 from mirrorfit._src.losses.crossentropy_losses import (
     categorical_focal_crossentropy as categorical_focal_crossentropy,
 )

@@ -4,11 +4,15 @@ from mirrorfit._src.metrics.accuracy_metrics import Accuracy as Accuracy
 from mirrorfit._src.metrics.accuracy_metrics import BinaryAccuracy as BinaryAccuracy
 from mirrorfit._src.metrics.accuracy_metrics import CategoricalAccuracy as CategoricalAccuracy
 from mirrorfit._src.metrics.accuracy_metrics import InferredAccuracy as InferredAccuracy
-from mirrorfit._src.metrics.accuracy_metrics import SparseCategoricalAccuracy as SparseCategoricalAccuracy
+from mirrorfit._src.metrics.accuracy_metrics import (
+    SparseCategoricalAccuracy as SparseCategoricalAccuracy,
+)
 from mirrorfit._src.metrics.accuracy_metrics import (
     SparseTopKCategoricalAccuracy as SparseTopKCategoricalAccuracy,
 )
-from mirrorfit._src.metrics.accuracy_metrics import TopKCategoricalAccuracy as TopKCategoricalAccuracy
+from mirrorfit._src.metrics.accuracy_metrics import (
+    TopKCategoricalAccuracy as TopKCategoricalAccuracy,
+)
 from mirrorfit._src.metrics.confusion_metrics import AUC as AUC
 from mirrorfit._src.metrics.confusion_metrics import FalseNegatives as FalseNegatives
 from mirrorfit._src.metrics.confusion_metrics import FalsePositives as FalsePositives
@@ -31,7 +35,9 @@ from mirrorfit._src.metrics.reduction_metrics import Mean as Mean
 from mirrorfit._src.metrics.reduction_metrics import MeanMetricWrapper as MeanMetricWrapper
 from mirrorfit._src.metrics.reduction_metrics import Sum as Sum
 from mirrorfit._src.metrics.regression_metrics import BinaryCrossentropy as BinaryCrossentropy
-from mirrorfit._src.metrics.regression_metrics import CategoricalCrossentropy as CategoricalCrossentropy
+from mirrorfit._src.metrics.regression_metrics import (
+    CategoricalCrossentropy as CategoricalCrossentropy,
+)
 from mirrorfit._src.metrics.regression_metrics import CategoricalHinge as CategoricalHinge
 from mirrorfit._src.metrics.regression_metrics import CosineSimilarity as CosineSimilarity
 from mirrorfit._src.metrics.regression_metrics import Hinge as Hinge

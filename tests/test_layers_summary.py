@@ -1,5 +1,6 @@
 """Keras' summary table: per-layer shapes and counts, totals, and the rendered text."""
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -60,6 +61,12 @@ def test_summary_needs_a_sample_input_without_an_input_layer():
         summary.summary_rows(module, variables)
     rows = summary.summary_rows(module, variables, np.zeros((7, 5), np.float32)).rows
     assert [r.output_shape for r in rows] == [(None, 2), (None, 1)]
+
+
+def test_summary_of_a_module_without_mirrorfit_layers_raises_type_error():
+    module = nn.Dense(2)
+    with pytest.raises(TypeError, match="functional_module or sequential_module"):
+        summary.summary_rows(module, shapes_of(module, np.zeros((1, 3))), np.zeros((1, 3)))
 
 
 def test_readable_size_uses_keras_units():

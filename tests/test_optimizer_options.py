@@ -187,6 +187,19 @@ def test_bad_option_raises_value_error_naming_it(make, match):
         make()
 
 
+@pytest.mark.parametrize("make", [
+    optimizers.AdamW,  # decoupled weight decay
+    lambda: optimizers.SGD(use_ema=True),
+    optimizers.Adafactor,
+    optimizers.Ftrl,
+])
+def test_update_without_params_raises_value_error(make):
+    opt = make()
+    state = opt.init(PARAMS)
+    with pytest.raises(ValueError, match=r"needs the current params.*Received: params=None"):
+        opt.update(GRADS[0], state)
+
+
 @pytest.mark.parametrize("name", sorted(optimizers.get.__globals__["OPTIMIZERS"]))
 def test_config_round_trips_through_json(name, allclose):
     opt = optimizers.get({"class_name": name, "config": {

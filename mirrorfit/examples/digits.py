@@ -152,7 +152,8 @@ def load_digits_split(seed: int) -> Split:
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.2, stratify=y, random_state=seed
     )
-    return x_train, y_train, x_test, y_test
+    # sklearn ships no type stubs; pyright infers lists where it returns arrays.
+    return x_train, y_train, x_test, y_test  # pyright: ignore[reportReturnType]
 
 
 def load_mnist_npz(path: pathlib.Path) -> Split:
@@ -186,7 +187,7 @@ def load_mnist_npz(path: pathlib.Path) -> Split:
     return pixels(x_train), y_train.astype(np.int32), pixels(x_test), y_test.astype(np.int32)
 
 
-def save_history_plot(history: dict[str, list[float]], path: pathlib.Path) -> None:
+def save_history_plot(history: dict[str, list[float | np.ndarray]], path: pathlib.Path) -> None:
     """Plots loss and accuracy per epoch, train and validation, into a PNG.
 
     Args:
@@ -223,7 +224,7 @@ def build_model(kind: str, num_features: int, seed: int) -> mf.Model:
     if kind == "mlp":
         return mf.Sequential([nn.Dense(128), nn.relu, nn.Dense(10), nn.softmax],
                              input_shape=(num_features,), seed=seed)
-    side = int(round(num_features ** 0.5))
+    side = round(num_features ** 0.5)
     return mf.Sequential([
         mf.Input((side, side, 1)),
         mf.layers.Conv2D(32, 3, activation="relu", padding="same"),
@@ -257,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         x_train, y_train, x_test, y_test = load_mnist_npz(args.data_path)
     num_features = x_train.shape[1]
     if args.model == "cnn":  # images [N, side, side, 1], channels last as Keras
-        side = int(round(num_features ** 0.5))
+        side = round(num_features ** 0.5)
         x_train, x_test = (x.reshape(-1, side, side, 1) for x in (x_train, x_test))
 
     strategy = mf.MirroredStrategy()

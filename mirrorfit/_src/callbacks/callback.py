@@ -36,7 +36,7 @@ class LazyLogs(Mapping):
         decode: turns ``snapshot`` into ``{name: float}``; called at most once.
     """
 
-    __slots__ = ("_snapshot", "_decode", "_values")
+    __slots__ = ("_decode", "_snapshot", "_values")
 
     def __init__(self, snapshot: Any, decode: Callable[[Any], dict[str, float]]):
         self._snapshot = snapshot
@@ -81,7 +81,7 @@ class Callback:
     """
 
     def __init__(self):
-        self.model = None
+        self.model: Any = None  # the `mirrorfit.Model` (a higher layer), set by `set_model`
         self.params: dict[str, Any] = {}
 
     def set_model(self, model) -> None:
@@ -108,6 +108,22 @@ class Callback:
 
 class CallbackList:
     """Dispatches each hook to the callbacks that implement it (others cost nothing)."""
+
+    # One dispatcher per hook in `_HOOKS`, set in ``__init__``.
+    on_train_begin: Callable[..., None]
+    on_train_end: Callable[..., None]
+    on_epoch_begin: Callable[..., None]
+    on_epoch_end: Callable[..., None]
+    on_train_batch_begin: Callable[..., None]
+    on_train_batch_end: Callable[..., None]
+    on_test_begin: Callable[..., None]
+    on_test_end: Callable[..., None]
+    on_test_batch_begin: Callable[..., None]
+    on_test_batch_end: Callable[..., None]
+    on_predict_begin: Callable[..., None]
+    on_predict_end: Callable[..., None]
+    on_predict_batch_begin: Callable[..., None]
+    on_predict_batch_end: Callable[..., None]
 
     def __init__(self, callbacks: Sequence[Callback] | None, *, model, params: dict[str, Any]):
         callbacks = list(callbacks or [])
@@ -188,7 +204,7 @@ class History(Callback):
 
     def __init__(self):
         super().__init__()
-        self.history: dict[str, list[float]] = {}
+        self.history: dict[str, list[float | np.ndarray]] = {}
         self.epoch: list[int] = []
 
     def on_train_begin(self, logs=None):

@@ -22,12 +22,18 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.utils.checks import MirrorfitWarning
+from mirrorfit._src.callbacks import fingerprint_check
+from mirrorfit._src.callbacks.callback import (
+    Callback,
+    StepCounter,
+    check_save_freq,
+    chief_print,
+    monitor_op,
+)
+from mirrorfit._src.callbacks.contract import ResumePoint
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_files
-from mirrorfit._src.callbacks import fingerprint_check
-from mirrorfit._src.callbacks.callback import Callback, StepCounter, check_save_freq, chief_print, monitor_op
-from mirrorfit._src.callbacks.contract import ResumePoint
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 
 class ModelCheckpoint(Callback):

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mirrorfit._src.utils.checks import MirrorfitWarning
 from mirrorfit._src.callbacks.callback import Callback, chief_print, monitor_op
 from mirrorfit._src.optimizers.learning_rate import get_learning_rate, set_learning_rate
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 
 def _set(model, value: float, owner: str) -> None:

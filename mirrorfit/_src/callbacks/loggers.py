@@ -16,6 +16,7 @@ import numpy as np
 
 from mirrorfit._src.callbacks.callback import _HOOKS, Callback, StepCounter, check_save_freq
 
+
 class CSVLogger(Callback):
     """Streams epoch logs to a CSV file: a header ``epoch,<sorted log keys>``, one row per epoch.
 
@@ -32,7 +33,7 @@ class CSVLogger(Callback):
         self.append = append
         self._file = None
         self._writer: csv.DictWriter | None = None
-        self._keys: list[str] | None = None
+        self._keys: list[str] = []
         self._header = True
 
     def on_train_begin(self, logs=None):
@@ -42,7 +43,7 @@ class CSVLogger(Callback):
             self.filename) > 0
         self._header = not has_rows
         self._file = open(self.filename, "a" if self.append else "w", newline="")  # noqa: SIM115
-        self._writer, self._keys = None, None
+        self._writer, self._keys = None, []
 
     def on_epoch_end(self, epoch, logs=None):
         if self._file is None:
@@ -103,7 +104,8 @@ class TensorBoard(Callback):
         if self._steps_since_write >= self.update_freq:
             self._steps_since_write = 0
             step = int(jax.device_get(self.model.state.step))  # global, also after a resume
-            for key in logs or {}:
+            logs = logs or {}
+            for key in logs:
                 if not key.startswith("_") and np.ndim(logs[key]) == 0:
                     self._writers["train"].add_scalar(f"batch_{key}", logs[key], step)
 
@@ -154,16 +156,17 @@ class LambdaCallback(Callback):
 
 
 def _forward(hook: str, indexed: bool):
-    if indexed:
-        def method(self, index, logs=None):
-            fn = self._hooks.get(hook)
-            if fn is not None:
-                fn(index, logs)
-    else:
-        def method(self, logs=None):
-            fn = self._hooks.get(hook)
-            if fn is not None:
-                fn(logs)
+    def with_index(self, index, logs=None):
+        fn = self._hooks.get(hook)
+        if fn is not None:
+            fn(index, logs)
+
+    def without_index(self, logs=None):
+        fn = self._hooks.get(hook)
+        if fn is not None:
+            fn(logs)
+
+    method = with_index if indexed else without_index
     method.__name__ = hook
     return method
 

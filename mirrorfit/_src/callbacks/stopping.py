@@ -7,8 +7,8 @@ import warnings
 
 import numpy as np
 
-from mirrorfit._src.utils.checks import MirrorfitWarning
 from mirrorfit._src.callbacks.callback import Callback, chief_print, monitor_op
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 
 class EarlyStopping(Callback):

@@ -16,7 +16,7 @@ This module imports nothing else from mirrorfit.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import Any, NamedTuple
 
 import jax
@@ -139,7 +139,7 @@ def stack(batches: list[Batch]) -> Batch:
 
 
 def place_batches(batches: Iterable[Batch], mesh: Any, *, stacked: bool = False,
-                  local: bool = False) -> Iterator[Batch]:
+                  local: bool = False) -> Generator[Batch, None, None]:
     """Moves host batches onto ``mesh`` (a `DeviceMesh`), split over replicas, for a step.
 
     A mask that repeats (the all-``True`` mask of full batches is one shared array) is

@@ -20,12 +20,16 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+# ``jax.Device`` for annotations: jaxlib ships no type stubs for it, so pyright rejects
+# ``jax.Device`` in a type expression.
+Device: TypeAlias = jax.Device  # pyright: ignore[reportInvalidTypeForm]
 
 BATCH_AXIS = "batch"
 """Name of the mesh axis that replicas (and the global batch) are laid out along."""
@@ -44,14 +48,14 @@ class DeviceMesh:
             device that this process cannot address.
     """
 
-    def __init__(self, devices: Sequence[jax.Device] | None = None):
+    def __init__(self, devices: Sequence[Device] | None = None):
         self._devices = self._resolve_devices(devices)
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
         self._batch_sharded = NamedSharding(self._mesh, P(BATCH_AXIS))
         self._single_replica = len(self._devices) == 1 and jax.process_count() == 1
 
-    def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+    def _resolve_devices(self, devices: Sequence[Device] | None) -> tuple[Device, ...]:
         """The replicas' devices; `MultiWorkerMirroredStrategy` takes every process's."""
         return _validate_devices(devices)
 
@@ -61,7 +65,7 @@ class DeviceMesh:
         return len(self._devices)
 
     @property
-    def devices(self) -> tuple[jax.Device, ...]:
+    def devices(self) -> tuple[Device, ...]:
         """The devices, one per replica, in mesh order."""
         return self._devices
 
@@ -336,7 +340,8 @@ def _digest(value: Any) -> int:
 def _process_rows(sharding: NamedSharding, shape: tuple[int, ...], axis: int) -> slice:
     """The contiguous rows of batch axis ``axis`` that this process's devices own."""
     owned = sorted({index[axis].indices(shape[axis])[:2]
-                    for index in sharding.addressable_devices_indices_map(shape).values()})
+                    for index in sharding.addressable_devices_indices_map(shape).values()
+                    if index is not None})  # JAX's type allows None; a NamedSharding's never is
     start, stop = owned[0][0], owned[-1][1]
     if sum(b - a for a, b in owned) != stop - start:
         raise ValueError(f"This process's devices own non-contiguous rows {owned} of the batch; "
@@ -344,7 +349,7 @@ def _process_rows(sharding: NamedSharding, shape: tuple[int, ...], axis: int) ->
     return slice(start, stop)
 
 
-def _validate_devices(devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+def _validate_devices(devices: Sequence[Device] | None) -> tuple[Device, ...]:
     if devices is None:
         return tuple(jax.local_devices())
     if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence):

@@ -121,7 +121,7 @@ def compute_average_loss(per_example_loss: jax.Array, sample_weight: jax.Array |
     else:
         real = jnp.asarray(loss.shape[0], loss.dtype)
     if global_batch_size is None:
-        global_batch_size = context.all_reduce(ReduceOp.SUM, real)
+        return jnp.sum(loss) / context.all_reduce(ReduceOp.SUM, real)
     return jnp.sum(loss) / global_batch_size
 
 

@@ -28,7 +28,13 @@ from jax.sharding import PartitionSpec as P
 from mirrorfit._src.distribute import mirrored_outputs
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.replica_context import ReplicaContext, replica_context
-from mirrorfit._src.distribute.values import Mirrored, PerReplica, ReduceOp, batch_mask, unwrap_mirrored
+from mirrorfit._src.distribute.values import (
+    Mirrored,
+    PerReplica,
+    ReduceOp,
+    batch_mask,
+    unwrap_mirrored,
+)
 
 _STATIC = (bool, int, float, complex, str, type(None))
 
@@ -149,6 +155,7 @@ class Runner:
         self._in_flight.push(outputs)
         if mask is None:
             return mirrored_outputs.resolve(jax.tree.map(PerReplica, outputs), mesh, fn)
+        assert aligned is not None  # computed whenever there is a mask (part of the cache key)
         per_replica_mask = mask.reshape(mesh.num_replicas_in_sync, -1)
         leaves, treedef = jax.tree.flatten(outputs)
         return mirrored_outputs.resolve(jax.tree.unflatten(treedef, [
@@ -253,7 +260,8 @@ def _batch_aligned(mesh, compiled, kinds, dynamic) -> list[bool]:
     base = jax.tree.leaves(jax.eval_shape(compiled, *shapes(0)))
     try:
         grown = jax.tree.leaves(jax.eval_shape(compiled, *shapes(1)))
-    except Exception:  # fn is not shape-polymorphic: fall back to matching the row count
+    except Exception:  # noqa: BLE001 - any failure: fn is not shape-polymorphic, so fall
+        # back to matching the row count
         return [v.ndim > 1 and v.shape[1] == rows for v in base]
     return [v.ndim > 1 and g.shape[1] == v.shape[1] + 1 for v, g in zip(base, grown)]
 

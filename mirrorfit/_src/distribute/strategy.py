@@ -23,10 +23,10 @@ from typing import Any
 import jax
 
 from mirrorfit._src.distribute import distributed_input
-from mirrorfit._src.utils.checks import MirrorfitWarning
-from mirrorfit._src.distribute.mesh import DeviceMesh
+from mirrorfit._src.distribute.mesh import Device, DeviceMesh
 from mirrorfit._src.distribute.run import Runner
 from mirrorfit._src.distribute.values import Mirrored, unwrap_mirrored
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 _scope_stack = threading.local()
 _warned_outside_scope = False
@@ -63,7 +63,7 @@ class MirroredStrategy(DeviceMesh):
         >>> batch_size = 32 * strategy.num_replicas_in_sync  # the global batch
     """
 
-    def __init__(self, devices: Sequence[jax.Device] | None = None):
+    def __init__(self, devices: Sequence[Device] | None = None):
         super().__init__(devices)
         self._runner = Runner(self)
 

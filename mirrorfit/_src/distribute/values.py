@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -50,7 +50,7 @@ class PerReplica:
             per-replica batch axis (axis 1 of ``values``) are real, not padding.
     """
 
-    __slots__ = ("values", "mask")
+    __slots__ = ("mask", "values")
 
     def __init__(self, values: jax.Array, mask: jax.Array | None = None):
         self.values = values
@@ -78,6 +78,7 @@ class Mirrored:
     """
 
     __slots__ = ("value",)
+    __hash__: ClassVar[None] = None  # unhashable, like arrays (its __eq__ is elementwise)
 
     def __init__(self, value: Any):
         self.value = value
@@ -133,7 +134,6 @@ for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", 
 for _name in ("__neg__", "__pos__", "__abs__", "__invert__", "__float__", "__int__",
               "__bool__", "__eq__", "__ne__"):
     setattr(Mirrored, _name, _delegate(_name))
-Mirrored.__hash__ = None  # like arrays
 
 
 def unwrap_mirrored(tree: Any) -> Any:

@@ -68,7 +68,7 @@ def get(identifier: str | Activation | None) -> Activation:
                     f"Received: activation={identifier!r}")
 
 
-def serialize(identifier: str | Activation | None) -> Any:
+def serialize(identifier: str | Callable[..., Any] | None) -> Any:
     """JSON form of an activation argument: its name (callables by ``__name__``).
 
     Raises:

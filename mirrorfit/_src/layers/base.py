@@ -21,15 +21,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import functional
-from mirrorfit._src.layers import regularizers
-from mirrorfit._src.layers import activations, initializers
+from mirrorfit._src.layers import activations, functional, initializers, regularizers
+
+if TYPE_CHECKING:
+    # Flax's dataclass_transform names only its own field specifier, so a type checker would
+    # read ``dataclasses.field(kw_only=True)`` as a positional field.
+    from flax.linen.module import module_field as layer_field
+else:
+    from dataclasses import field as layer_field
 
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)
 
@@ -74,10 +79,10 @@ class Layer(nn.Module):
     ``__call__(self, inputs, training=False)``.
     """
 
-    trainable: bool = dataclasses.field(default=True, kw_only=True)
-    dtype: Any = dataclasses.field(default=None, kw_only=True)
+    trainable: bool = layer_field(default=True, kw_only=True)
+    dtype: Any = layer_field(default=None, kw_only=True)
     # tf.keras' legacy way to give a Sequential model its input shape (no batch axis).
-    input_shape: Any = dataclasses.field(default=None, kw_only=True)
+    input_shape: Any = layer_field(default=None, kw_only=True)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

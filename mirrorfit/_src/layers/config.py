@@ -12,10 +12,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers.functional import KerasTensor
-from mirrorfit._src.layers import activations, base
+from mirrorfit._src.layers import activations, base, functional, sequential
 from mirrorfit._src.layers.core import Activation
+from mirrorfit._src.layers.functional import KerasTensor
 
 FORMAT_VERSION = 1
 _TENSOR, _TUPLE = "__tensor__", "__tuple__"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import Layer, register
+from mirrorfit._src.layers.base import Layer, layer_field, register
 
 
 @register
@@ -28,7 +27,7 @@ class Dense(Layer):
     kernel_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
-    input_dim: int | None = dataclasses.field(default=None, kw_only=True)  # legacy tf.keras
+    input_dim: int | None = layer_field(default=None, kw_only=True)  # legacy tf.keras
 
     @property
     def declared_input_shape(self) -> tuple[int, ...] | None:

@@ -93,7 +93,11 @@ def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = No
                          f"batch_shape. Received: shape={shape}, batch_shape={batch_shape}")
     if isinstance(shape, int):
         shape = (shape,)
-    full = tuple(batch_shape) if batch_shape is not None else (batch_size, *tuple(shape))
+    if batch_shape is not None:
+        full = tuple(batch_shape)
+    else:
+        assert shape is not None  # exactly one of the two is given (checked above)
+        full = (batch_size, *tuple(shape))
     return KerasTensor(full, dtype or "float32", name=name)
 
 
@@ -217,7 +221,7 @@ def assign_names(layers: Sequence[Any]) -> tuple[str, ...]:
         ValueError: two layers with the same explicit name.
     """
 
-    explicit = [getattr(l, "name", None) for l in layers]
+    explicit: list[Any] = [getattr(l, "name", None) for l in layers]
     taken: set[str | None] = set()
     for name in explicit:
         if name is not None and name in taken:

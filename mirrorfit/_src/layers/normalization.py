@@ -117,7 +117,7 @@ class LayerNormalization(Layer):
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
         x = self.cast(inputs)
         axes = _axes(self.axis, x.ndim)
-        shape, bshape, gamma, beta = _scale_and_offset(self, x, axes)
+        _, bshape, gamma, beta = _scale_and_offset(self, x, axes)
         x32 = x.astype(jnp.float32)
         mean = jnp.mean(x32, axes, keepdims=True)
         var = jnp.var(x32, axes, keepdims=True)

@@ -18,8 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import regularizers
-from mirrorfit._src.layers import activations, initializers
+from mirrorfit._src.layers import activations, initializers, regularizers
 from mirrorfit._src.layers.base import LOSSES, Layer, register
 
 
@@ -103,8 +102,10 @@ class _RNN(Layer):
         if initial_state is not None:
             states = [s.astype(self.compute_dtype) for s in initial_state]
             carry = tuple(states) if self.state_count == 2 else states[0]
-        final, outputs = nn.RNN(cell, return_carry=True, reverse=self.go_backwards,
-                                keep_order=False, name="rnn")(x, initial_carry=carry)
+        # _Cell has the cell interface nn.RNN calls but is no RNNCellBase (Flax's annotation).
+        rnn = nn.RNN(cell, return_carry=True,  # pyright: ignore[reportArgumentType]
+                     reverse=self.go_backwards, keep_order=False, name="rnn")
+        final, outputs = rnn(x, initial_carry=carry)
         self._sow_penalties()
         y = self.activity(outputs if self.return_sequences else outputs[:, -1])
         if not self.return_state:
@@ -139,7 +140,7 @@ class LSTM(_RNN):
     ``recurrent_activation``). ``unit_forget_bias`` starts the forget bias at one.
     """
 
-    __doc__ += _COMMON_DOC
+    __doc__ = (__doc__ or "") + _COMMON_DOC  # None under python -OO
     gate_count: ClassVar[int] = 4
     state_count: ClassVar[int] = 2
 
@@ -189,7 +190,7 @@ class GRU(_RNN):
     ``bias [3 * units]``; ``h = z * h + (1 - z) * h~``.
     """
 
-    __doc__ += _COMMON_DOC
+    __doc__ = (__doc__ or "") + _COMMON_DOC  # None under python -OO
     gate_count: ClassVar[int] = 3
 
     units: int
@@ -238,7 +239,7 @@ class SimpleRNN(_RNN):
     """Fully connected recurrence ``h = tanh(x @ kernel + bias + h @ recurrent_kernel)``, as
     ``keras.layers.SimpleRNN``."""
 
-    __doc__ += _COMMON_DOC
+    __doc__ = (__doc__ or "") + _COMMON_DOC  # None under python -OO
     gate_count: ClassVar[int] = 1
 
     units: int

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -19,8 +19,7 @@ import numpy as np
 import rich.console
 import rich.table
 
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers import functional, model_info, sequential
 
 # Keras' layouts: (line length, column positions) without and with "Connected to".
 _LAYOUTS = {True: (88, (0.45, 0.80, 1.0)), False: (108, (0.3, 0.56, 0.74, 1.0))}
@@ -74,11 +73,13 @@ def _symbolic_shape(tree: Any) -> Any:
 
 def _sequential_shapes(module: sequential.SequentialModule, sample_input: Any) -> list[Any]:
     spec = module.stack.input
-    if sample_input is None and spec is None:
+    if sample_input is not None:
+        shape, dtype = np.shape(sample_input), np.asarray(sample_input).dtype
+    elif spec is not None:
+        shape, dtype = spec.shape, spec.dtype
+    else:
         raise ValueError("summary_rows needs sample_input for a Sequential model without an "
                          "Input layer. Received: sample_input=None")
-    shape, dtype = ((spec.shape, spec.dtype) if sample_input is None
-                    else (np.shape(sample_input), np.asarray(sample_input).dtype))
     x: Any = jax.ShapeDtypeStruct((_PROBE_BATCH, *shape[1:]), dtype)
     rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
     shapes = []
@@ -137,6 +138,7 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         Model: "sequential"
         ...
     """
+    layers = model_info.model_layers(module)  # raises the TypeError for any other module
     rows = []
     connect = lambda layer: "-"
     sequential_like = True
@@ -151,9 +153,9 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         connect = lambda layer: _connections(graph, layer, input_names)
         sequential_like = graph.sequential_like
     else:
-        shapes = _sequential_shapes(module, sample_input)
+        shapes = _sequential_shapes(cast(sequential.SequentialModule, module), sample_input)
     totals = {"trainable": [0, 0], "non_trainable": [0, 0]}
-    for (name, layer), shape in zip(model_info.model_layers(module), shapes):
+    for (name, layer), shape in zip(layers, shapes):
         counts = {"trainable": (0, 0), "non_trainable": (0, 0)}
         for collection, tree in variables.items():
             if collection in ("losses", "intermediates") or name not in tree:

@@ -260,7 +260,7 @@ class PerExampleLoss:
         self.loss = loss
         self.name = loss.name
 
-    def __call__(self, y_true: jax.Array, y_pred: jax.Array) -> jax.Array:
+    def __call__(self, y_true: jax.Array, y_pred: Any) -> jax.Array:
         """float32 ``[batch]``: ``loss.per_example(y_true, y_pred)``."""
         return self.loss.per_example(y_true, y_pred)
 

@@ -9,7 +9,7 @@ rows and averages over the global batch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from mirrorfit._src.losses import crossentropy_losses as ce
 from mirrorfit._src.losses import regression_losses as rl
@@ -62,8 +62,8 @@ def deserialize(config: dict[str, Any]) -> Loss:
     Raises:
         ValueError: for an unknown ``class_name`` or a malformed dict.
     """
-    name = config.get("class_name") if isinstance(config, dict) else None
-    cls = {c.__name__: c for c in (*LOSS_CLASSES, ce.InferredCrossentropy)}.get(name)
+    classes = {c.__name__: c for c in (*LOSS_CLASSES, ce.InferredCrossentropy)}
+    cls = classes.get(config.get("class_name", "")) if isinstance(config, dict) else None
     if cls is None:
         raise ValueError("A loss config must be {'class_name': <a mf.losses class name>, "
                          f"'config': {{...}}}}. Received: loss={config!r}")
@@ -105,7 +105,7 @@ def get(identifier: Any) -> LossFn:
     if isinstance(identifier, Loss):
         return PerExampleLoss(identifier)
     if callable(identifier):
-        return identifier
+        return cast(LossFn, identifier)  # taken as fn(y_true, y_pred) -> [batch]
     raise TypeError(
         "loss must be a loss name (e.g. 'sparse_categorical_crossentropy'), a mf.losses.Loss "
         f"or a callable fn(y_true, y_pred) -> [batch]. Received: loss={identifier!r} "

@@ -12,7 +12,7 @@ each prediction once, as Keras' optimized path, instead of comparing with every 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +36,7 @@ def _thresholds_list(thresholds: float | Sequence[float] | None, default: float)
     if thresholds is None:
         return [default]
     values = [float(t) for t in (thresholds if isinstance(thresholds, (list, tuple, np.ndarray))
-                                 else [thresholds])]
+                                 else [cast(float, thresholds)])]  # one; float() rejects others
     if any(not 0.0 <= t <= 1.0 for t in values):
         raise ValueError("thresholds must be in [0, 1], as Keras requires. "
                          f"Received: thresholds={thresholds!r}")

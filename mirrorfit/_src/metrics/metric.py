@@ -16,15 +16,15 @@ A metric has two faces, and this module owns both:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.distribute.values import Mirrored, PerReplica, batch_mask
+from mirrorfit._src.utils.naming import snake_case
 
 Stats = Any  # A pytree of arrays holding sums over examples.
 MetricFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -119,7 +119,8 @@ class Metric:
                         return np.float32(0.0)
                 return fn(self, stats)
 
-            result._reads_state = True
+            # A flag on the wrapper; functools.wraps' return type declares no such attribute.
+            result._reads_state = True  # pyright: ignore[reportAttributeAccessIssue]
             cls.result = result
 
     # -- stateless: what the per-replica steps call -------------------------------------
@@ -190,7 +191,7 @@ class Metric:
         state = getattr(self, "_state", None)
         self._state = stats if state is None else jax.tree.map(np.add, state, stats)
 
-    def _batch_stats(self, arrays: tuple, sample_weight: Any) -> Stats:
+    def _batch_stats(self, arrays: Sequence[Any], sample_weight: Any) -> Stats:
         """``update`` on host copies of ``arrays``, padding rows weighted 0."""
         flat = [_flatten_replicas(value) for value in arrays]
         arrays = [np.atleast_1d(values) for values, _ in flat]
@@ -208,9 +209,10 @@ class Metric:
             masks += [sw_mask] if sw_mask is not None else []
         for mask in masks:
             weight = weight * mask.astype(np.float32)
-        if getattr(self, "_jitted_update", None) is None:
-            self._jitted_update = jax.jit(self.update)
-        return self._jitted_update(*arrays, weight)
+        update = getattr(self, "_jitted_update", None)
+        if update is None:
+            update = self._jitted_update = jax.jit(self.update)
+        return update(*arrays, weight)
 
     # -- config ------------------------------------------------------------------------
 

@@ -68,8 +68,8 @@ def deserialize(config: dict[str, Any]) -> Metric:
     Raises:
         ValueError: for an unknown ``class_name`` or a malformed dict.
     """
-    name = config.get("class_name") if isinstance(config, dict) else None
-    cls = {c.__name__: c for c in (*METRIC_CLASSES, acc.InferredAccuracy)}.get(name)
+    classes = {c.__name__: c for c in (*METRIC_CLASSES, acc.InferredAccuracy)}
+    cls = classes.get(config.get("class_name", "")) if isinstance(config, dict) else None
     if cls is None:
         raise ValueError("A metric config must be {'class_name': <a mf.metrics class name>, "
                          f"'config': {{...}}}}. Received: metrics={config!r}")

@@ -16,13 +16,12 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.layers import functional
 from mirrorfit._src.layers import config as config_lib
-from mirrorfit._src.layers import model_info
-from mirrorfit._src.layers.model_info import is_layers_model
+from mirrorfit._src.layers import functional, model_info
 from mirrorfit._src.layers import summary as summary_lib
-from mirrorfit._src.modules.adapters import KerasSequential
+from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.modules.adapters import KerasSequential
 
 
 def model_module(module: Any, input_shape: Any, inputs: Any, outputs: Any,
@@ -102,6 +101,7 @@ class ModelLayers:
         if not is_layers_model(self.module):
             raise ValueError("get_layer(name=...) needs a model of mirrorfit.layers (whose "
                              f"layers have names); use index=. Received: name={name!r}")
+        assert name is not None  # exactly one of name and index (checked above)
         return model_info.get_layer(self.module, name)
 
 

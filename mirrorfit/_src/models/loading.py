@@ -14,12 +14,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import keras_archive, saved_config
 from mirrorfit._src.models.keras_models import from_architecture
 from mirrorfit._src.models.model import Model
 from mirrorfit._src.models.model_saving import decode_input_spec, restore_into
 from mirrorfit._src.models.sequential import module_of
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import keras_archive, saved_config
 
 
 def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = None,

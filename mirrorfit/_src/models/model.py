@@ -17,20 +17,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.models import model_checks
-from mirrorfit._src.modules import input_spec
-from mirrorfit._src.modules import mixed_precision
 from mirrorfit._src.callbacks.callback import History
-from mirrorfit._src.models.keras_models import ModelLayers, model_module
-from mirrorfit._src.models.model_calls import ModelCalls
-from mirrorfit._src.trainers.model_hooks import ModelHooks
-from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
-from mirrorfit._src.trainers.state import TrainState, create_state, require_state
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
+from mirrorfit._src.models import model_checks
+from mirrorfit._src.models.keras_models import ModelLayers, model_module
+from mirrorfit._src.models.model_calls import ModelCalls
+from mirrorfit._src.models.weights import ModelVariables
+from mirrorfit._src.modules import input_spec, mixed_precision
+from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
+from mirrorfit._src.trainers.model_hooks import ModelHooks
+from mirrorfit._src.trainers.state import TrainState, create_state, require_state
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
-from mirrorfit._src.models.weights import ModelVariables
 
 
 class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
@@ -185,7 +184,9 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
             create_state(params, model_state, opt_state, self.seed))
 
     def _init_opt_state(self, params):
-        init = jax.jit(self._trainer.config.optimizer.init,
+        config = self._trainer.config
+        assert config is not None  # called once compiled
+        init = jax.jit(config.optimizer.init,
                        out_shardings=self._strategy.replicated_sharding)
         return init(params)
 

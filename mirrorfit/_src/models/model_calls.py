@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.core
 import numpy as np
 
-from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.trainers.state import TrainState, require_state
 from mirrorfit._src.trainers.trainer import Trainer
 

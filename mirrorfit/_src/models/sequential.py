@@ -13,12 +13,12 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.layers.functional import KerasTensor
-from mirrorfit._src.models.keras_models import model_module
 from mirrorfit._src.layers.base import Layer
+from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.sequential import sequential_module
+from mirrorfit._src.models.keras_models import model_module
 from mirrorfit._src.models.model import Model
 from mirrorfit._src.modules.adapters import sequential
-from mirrorfit._src.layers.sequential import sequential_module
 
 
 def module_of(layers: list[Any], name: str | None = None) -> nn.Module:
@@ -54,7 +54,7 @@ class Sequential(Model):
         'dense'
     """
 
-    def __init__(self, layers: Sequence[Callable[..., Any]] | None = None,
+    def __init__(self, layers: Sequence[Callable[..., Any] | KerasTensor] | None = None,
                  input_shape: Any = None, *, name: str | None = None, **kwargs: Any):
         if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, type(None))):
             raise TypeError("layers must be a list of layers, e.g. [mf.layers.Dense(10)]. "

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
+from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.trainers.state import TrainState, require_state
-from mirrorfit._src.models.weight_order import WeightPath
-from mirrorfit._src.layers.model_info import is_layers_model
 
 
 def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
@@ -38,7 +39,7 @@ def _weight_leaves(state: TrainState, order: Sequence[WeightPath]
     rank = {path: i for i, path in enumerate(order)}
     paths = weight_order.tree_paths(tree)
     numeric = [i for i, leaf in enumerate(leaves)
-               if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+               if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
     numeric.sort(key=lambda i: (rank.get(paths[i], len(rank)), i))
     return leaves, treedef, numeric
 

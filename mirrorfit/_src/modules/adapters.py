@@ -102,7 +102,7 @@ class LinenAdapter(ModuleAdapter):
     def __init__(self, module: nn.Module):
         self.module = module
 
-    def _kwargs(self, train: bool) -> dict[str, bool]:
+    def _kwargs(self, train: bool) -> dict[str, Any]:
         names = _call_params(type(self.module))
         return {name: train for name in _TRAIN_KWARGS if name in names}
 

@@ -11,8 +11,8 @@ callbacks and checkpoints find it. On top, as a Keras optimizer: ``get_config`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Self, TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self, TypedDict, cast
 
 import jax
 import optax
@@ -23,7 +23,20 @@ LearningRate = float | optax.Schedule
 """A float, or an optax schedule evaluated at the train-step count (Keras' "real" iterations)."""
 
 
-class OptimizerOptions(TypedDict, total=False):
+class OptionsWithoutWeightDecay(TypedDict, total=False):
+    """`OptimizerOptions` but ``weight_decay``, which `AdamW` takes as its own argument."""
+
+    clipnorm: float | None
+    clipvalue: float | None
+    global_clipnorm: float | None
+    use_ema: bool
+    ema_momentum: float
+    ema_overwrite_frequency: int | None
+    gradient_accumulation_steps: int | None
+    name: str | None
+
+
+class OptimizerOptions(OptionsWithoutWeightDecay, total=False):
     """Keras' options on every optimizer (``keras.optimizers.Optimizer.__init__``).
 
     weight_decay: decoupled ``w -= w * weight_decay * lr`` before each update; None: off.
@@ -38,14 +51,6 @@ class OptimizerOptions(TypedDict, total=False):
     """
 
     weight_decay: float | None
-    clipnorm: float | None
-    clipvalue: float | None
-    global_clipnorm: float | None
-    use_ema: bool
-    ema_momentum: float
-    ema_overwrite_frequency: int | None
-    gradient_accumulation_steps: int | None
-    name: str | None
 
 
 class _Exclusions:
@@ -58,7 +63,7 @@ class _Exclusions:
 
 def _check_learning_rate(learning_rate: Any) -> LearningRate:
     if callable(learning_rate):
-        return learning_rate
+        return cast(optax.Schedule, learning_rate)
     if isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool) \
             and learning_rate >= 0:
         return float(learning_rate)
@@ -96,7 +101,7 @@ class Optimizer(optax.GradientTransformationExtraArgs):
     @classmethod
     def _create(cls, learning_rate: Any,
                 rule: Callable[[Any], optax.GradientTransformation],
-                hyperparams: dict[str, Any], options: dict[str, Any]) -> Self:
+                hyperparams: dict[str, Any], options: Mapping[str, Any]) -> Self:
         """Builds the optimizer.
 
         Args:

@@ -95,6 +95,7 @@ class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
     inner_optimizer: optax.GradientTransformation
     initial_scale: float
     dynamic_growth_steps: int
+    _inner: optax.GradientTransformationExtraArgs  # inner_optimizer, taking extra args
 
     def __new__(cls, inner_optimizer: optax.GradientTransformation,
                 initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000):

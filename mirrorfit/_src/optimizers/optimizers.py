@@ -20,7 +20,12 @@ from typing import Any, Self, Unpack
 import optax
 
 from mirrorfit._src.optimizers import rules
-from mirrorfit._src.optimizers.base import LearningRate, Optimizer, OptimizerOptions
+from mirrorfit._src.optimizers.base import (
+    LearningRate,
+    Optimizer,
+    OptimizerOptions,
+    OptionsWithoutWeightDecay,
+)
 
 
 def _adam_like(direction: optax.GradientTransformation):
@@ -73,7 +78,7 @@ class AdamW(Optimizer):
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, weight_decay: float = 0.004,
                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
-                **options: Unpack[OptimizerOptions]) -> Self:
+                **options: Unpack[OptionsWithoutWeightDecay]) -> Self:
         if weight_decay is None:
             raise ValueError("Argument `weight_decay` must be a float. Received: "
                              "weight_decay=None")
@@ -336,7 +341,7 @@ OPTIMIZERS: dict[str, type[Optimizer]] = {
 """Keras' lower-case names (``"adam"``, ``"rmsprop"``, ...) of the optimizer classes."""
 
 
-def serialize(optimizer: Optimizer) -> dict[str, Any]:
+def serialize(optimizer: Any) -> dict[str, Any]:
     """``{"class_name": ..., "config": ...}``, JSON-able, as ``keras.optimizers.serialize``.
 
     Raises:
@@ -407,7 +412,7 @@ def get(identifier: Any) -> optax.GradientTransformation:
                 f"Unknown optimizer name. Expected one of {sorted(OPTIMIZERS)} or an "
                 "optax.GradientTransformation (e.g. mf.optimizers.Adam(learning_rate=1e-4)). "
                 f"Received: optimizer={identifier!r}")
-        return cls()
+        return cls()  # pyright: ignore[reportCallIssue] - each class's __new__ has defaults
     if isinstance(identifier, dict):
         return deserialize(identifier)
     hint = ""

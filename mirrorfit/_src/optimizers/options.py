@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from mirrorfit._src.optimizers.rules import NO_PARAMS
+
 
 class Options(NamedTuple):
     """Keras' base-optimizer options, validated by `check_options`."""
@@ -163,7 +165,7 @@ def decoupled_weight_decay(rule: optax.GradientTransformation, learning_rate: An
 
     def update(updates, state, params=None):
         if params is None:
-            raise ValueError(optax.NO_PARAMS_MSG)
+            raise ValueError(NO_PARAMS)
         patterns = tuple(excluded())
         pattern = re.compile("|".join(patterns)) if patterns else None
 
@@ -265,7 +267,7 @@ def keras_ema(momentum: float, overwrite_frequency: int | None, accumulation_ste
 
     def update(updates, state, params=None):
         if params is None:
-            raise ValueError(optax.NO_PARAMS_MSG)
+            raise ValueError(NO_PARAMS)
         new_params = optax.apply_updates(params, updates)
         iterations = state.count // accumulation_steps
         m = jnp.where(iterations != 0, momentum, 0.0)
@@ -275,7 +277,8 @@ def keras_ema(momentum: float, overwrite_frequency: int | None, accumulation_ste
             overwrite = (iterations + 1) % overwrite_frequency == 0
             updates = jax.tree.map(lambda u, e, w: jnp.where(overwrite, e - w, u).astype(u.dtype),
                                    updates, ema, params)
-        return updates, EmaState(count=optax.safe_increment(state.count), ema=ema)
+        count = optax.safe_increment(state.count)  # an Array; optax annotates it ArrayLike
+        return updates, EmaState(count=count, ema=ema)  # pyright: ignore[reportArgumentType]
 
     return optax.GradientTransformation(init, update)
 

@@ -29,10 +29,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+NO_PARAMS = ("This optimizer's update needs the current params: call "
+             "update(updates, opt_state, params). Received: params=None")
+
 
 def _step_number(count: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The incremented int32 count and ``t`` as float32."""
-    count = optax.safe_increment(count)
+    # optax annotates safe_increment's result ArrayLike; given an Array it returns one.
+    count = optax.safe_increment(count)  # pyright: ignore[reportAssignmentType]
     return count, count.astype(jnp.float32)
 
 
@@ -220,7 +224,7 @@ def keras_adafactor(learning_rate: Any, beta_2_decay: float, epsilon_1: float,
 
     def update(updates, state, params=None):
         if params is None:
-            raise ValueError(optax.NO_PARAMS_MSG)
+            raise ValueError(NO_PARAMS)
         count, t = _step_number(state.count)
         rho = jnp.minimum(learning_rate, 1.0 / jnp.sqrt(t))
         beta = 1.0 - t ** beta_2_decay
@@ -282,7 +286,7 @@ def keras_ftrl(learning_rate: Any, learning_rate_power: float, initial_accumulat
 
     def update(updates, state, params=None):
         if params is None:
-            raise ValueError(optax.NO_PARAMS_MSG)
+            raise ValueError(NO_PARAMS)
         power = -learning_rate_power
         l2_total = l2 + beta / (2.0 * learning_rate)
 

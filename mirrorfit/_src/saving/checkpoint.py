@@ -44,8 +44,8 @@ from mirrorfit._src.saving.checkpoint_files import (
     CheckpointWriteError,
     check_directory,
     is_partial,
-    written_by_mirrorfit,
     write_failure,
+    written_by_mirrorfit,
 )
 
 FORMAT_NAME = "mirrorfit-checkpoint"

@@ -41,6 +41,8 @@ class Checkpoint:
         >>> ckpt.restore(path)
     """
 
+    _names: tuple[str, ...]  # the pytrees' names, in the order given
+
     def __init__(self, **pytrees: Any):
         if not pytrees:
             raise ValueError("Checkpoint needs at least one named pytree, e.g. "

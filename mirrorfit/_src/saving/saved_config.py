@@ -17,9 +17,9 @@ from typing import Any
 
 from flax import linen as nn
 
-from mirrorfit._src.optimizers import loss_scale
 from mirrorfit._src.losses import losses as losses_lib
 from mirrorfit._src.metrics import metrics as metrics_lib
+from mirrorfit._src.optimizers import loss_scale
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.optimizers.base import Optimizer
 
@@ -158,7 +158,7 @@ def rebuild_module(stored: Mapping[str, Any] | None, custom_objects: Mapping[str
     """
     name = None if stored is None else stored["class_name"]
     cls = custom_objects.get(name) if name else None
-    if cls is None or stored.get("config") is None:
+    if stored is None or cls is None or stored.get("config") is None:
         raise ValueError(
             f"load_model needs the model's Flax module (only weights and JSON are stored, "
             f"never code): pass it, mf.load_model(path, module), or its class in "

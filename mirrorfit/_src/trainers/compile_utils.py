@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src.trainers import multi_output
-from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.layers.model_info import freeze_non_trainable
-from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.optimizers import optimizers as optimizers_lib
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
+from mirrorfit._src.trainers import multi_output
 from mirrorfit._src.trainers.step_family import StepConfig, StepFamily
 
 

@@ -22,7 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.losses.crossentropy_losses import InferredCrossentropy, SparseCategoricalCrossentropy
+from mirrorfit._src.losses.crossentropy_losses import (
+    InferredCrossentropy,
+    SparseCategoricalCrossentropy,
+)
 from mirrorfit._src.losses.loss import Loss, squeeze_or_expand_to_same_rank
 
 LABELS_OUT_OF_RANGE = "_labels_out_of_range"
@@ -165,7 +168,7 @@ def label_range_warning(loss: Any, statistic: np.ndarray) -> str | None:
     count = float(statistic[0])
     if count <= 0:
         return None
-    num_classes = int(round(float(statistic[1]) / count))
+    num_classes = round(float(statistic[1]) / count)
     return (f"{int(count)} sparse labels given to the loss {_name(loss)} so far in this epoch "
             f"are outside the valid range [0, {num_classes}) for the model's {num_classes} "
             "outputs (a label of -1, or one >= the number of classes): their loss is NaN or 0 "

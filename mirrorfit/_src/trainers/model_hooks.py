@@ -42,8 +42,8 @@ from mirrorfit._src.distribute.replica_context import (
     replica_context,
 )
 from mirrorfit._src.distribute.run import compile_per_replica
-from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.distribute.values import ReduceOp
+from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.state import TrainState, step_rng
@@ -61,6 +61,7 @@ _HOOKS = ("compute_loss", "train_step", "test_step")
 class ModelHooks:
     """The hooks' default implementations; mixed into `mirrorfit.Model`."""
 
+    _trainer: Any  # set by `mirrorfit.Model`, which this class is mixed into
     _sown: list[Any] | None = None  # values sown into "losses" by the newest forward pass
     _traced_params: Any = None  # the params being differentiated, inside compute_loss
     # Read here, owned by `Model` (the Trainer typed Any: the step family does not import

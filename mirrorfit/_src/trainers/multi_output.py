@@ -14,7 +14,7 @@ per-output means, as on one device.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -78,7 +78,7 @@ class MultiOutputLoss:
     def __init__(self, loss: Sequence[Any] | Mapping[str, Any], loss_weights: Any = None):
         self.keys = _output_keys(loss)
         given = _per_output(loss, self.keys, "loss")
-        weights = {key: 1.0 for key in self.keys} if loss_weights is None else _per_output(
+        weights = dict.fromkeys(self.keys, 1.0) if loss_weights is None else _per_output(
             loss_weights, self.keys, "loss_weights")
         self.losses = {key: fit_loss(fn) for key, fn in given.items() if fn is not None}
         if not self.losses:
@@ -112,7 +112,8 @@ class MultiOutputLoss:
     def __call__(self, y_true: Any, y_pred: Any) -> jax.Array:
         """The weighted total per-example loss ``[batch]``."""
         parts = self.per_output(y_true, y_pred)
-        return sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
+        total = sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
+        return cast(jax.Array, total)  # self.losses is never empty: never sum's start value 0
 
     def not_probabilities(self, y_pred: Any) -> jax.Array | None:
         """Rows where any output's loss got outputs that are not probabilities, or ``None``."""
@@ -154,7 +155,7 @@ def single_loss(loss: Any) -> Callable:
         if isinstance(y_pred, (list, tuple, Mapping)) and len(jax.tree.leaves(y_pred)) > 1:
             names = [output_name(k) for k in _output_keys(y_pred)]
             example = ([fn.name] * len(names) if not isinstance(y_pred, Mapping) else
-                       {n: fn.name for n in names})
+                       dict.fromkeys(names, fn.name))
             raise ValueError(SINGLE_LOSS_FOR_SEVERAL_OUTPUTS.format(
                 name=fn.name, count=len(names), names=names, example=example))
         return fn(y_true, y_pred)
@@ -230,7 +231,7 @@ def metric_objects(metrics: Any, keys: list[Any] | None, argument: str) -> tuple
                          f"Received: {argument}={metrics!r}")
     if keys is None:
         return tuple(metrics_lib.get(m) for m in metrics)
-    given = _per_output(metrics, keys, argument) if per_output else {k: metrics for k in keys}
+    given = _per_output(metrics, keys, argument) if per_output else dict.fromkeys(keys, metrics)
     return tuple(OutputMetric(metrics_lib.get(m), key)
                  for key in keys for m in (given.get(key) or []))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Self
 
 DEPTH = 2
@@ -84,6 +84,7 @@ class Prefetcher(Iterator[Any]):
         self.close()
 
 
-def prefetch(source: Iterator[Any], enabled: bool = True) -> Prefetcher | Iterator[Any]:
+def prefetch(source: Generator[Any, None, None], enabled: bool = True
+             ) -> Prefetcher | Generator[Any, None, None]:
     """``source`` run ahead on a `Prefetcher` thread, or ``source`` itself if not ``enabled``."""
     return Prefetcher(source) if enabled else source

@@ -29,8 +29,9 @@ def create_state(params: Any, model_state: Any, opt_state: Any, seed: int) -> Tr
         params=params,
         model_state=model_state,
         opt_state=opt_state,
-        step=np.zeros((), np.int32),
-        rng=np.asarray(jax.random.PRNGKey(seed)),
+        # NumPy on the host until the strategy replicates them (then jax.Array, as typed).
+        step=np.zeros((), np.int32),  # pyright: ignore[reportArgumentType]
+        rng=np.asarray(jax.random.PRNGKey(seed)),  # pyright: ignore[reportArgumentType]
     )
 
 
@@ -49,7 +50,7 @@ def require_state(state: TrainState | None) -> TrainState:
     return state
 
 
-def step_rng(state: TrainState, replica_id: jax.Array) -> jax.Array:
+def step_rng(state: TrainState, replica_id: jax.Array | int) -> jax.Array:
     """The per-step, per-replica key: ``fold_in(fold_in(rng, step), replica_id)``.
 
     Deterministic in (seed, step, replica), so a run resumed at any step draws the same

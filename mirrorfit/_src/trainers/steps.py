@@ -142,6 +142,7 @@ class BuiltinSteps(StepFamily):
             y_pred, _, losses = cfg.adapter.apply_with_losses(
                 state.params, state.model_state, batch.x, train=False, rng=state.rng
             )
+            assert cfg.loss is not None  # compile requires a loss for the default steps
             per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
             stats, _ = stats_lib.flatten(stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, batch.mask)))

@@ -39,13 +39,6 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src.utils.checks import MirrorfitWarning
-from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
-from mirrorfit._src.trainers import fingerprint
-from mirrorfit._src.trainers import statistics as stats_lib
-from mirrorfit._src.trainers.step_family import StepConfig
-from mirrorfit._src.trainers.steps import make_predict_step
-from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.callbacks.callback import (
     Callback,
     CallbackList,
@@ -55,11 +48,18 @@ from mirrorfit._src.callbacks.callback import (
 )
 from mirrorfit._src.callbacks.contract import Progress, ResumePoint, TrainingLoop
 from mirrorfit._src.callbacks.progbar import ProgbarLogger
+from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
+from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.optimizers.options import finalize_variable_values
+from mirrorfit._src.trainers import fingerprint
+from mirrorfit._src.trainers import statistics as stats_lib
+from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
-from mirrorfit._src.distribute.run import compile_per_replica, specs_like
+from mirrorfit._src.trainers.step_family import StepConfig
+from mirrorfit._src.trainers.steps import make_predict_step
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 RAN_OUT_OF_DATA = (
     "Your input ran out of data; interrupting training. Make sure that your dataset or "
@@ -167,6 +167,7 @@ class Trainer(TrainingLoop):
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
+            assert self.config is not None  # set by configure (compile)
             layout = stats_lib.StatsLayout.from_shapes(
                 self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
@@ -178,6 +179,7 @@ class Trainer(TrainingLoop):
         A metric with one value per class or threshold (e.g. ``F1Score(average=None)``)
         gives a NumPy array, as Keras does.
         """
+        assert self.config is not None  # set by configure (compile)
         stats = self._layouts[kind][0].unflatten(np.asarray(self.strategy.fetch(statistics)))
         for key, message in stats_lib.statistics_warnings(self.config, stats).items():
             if key not in self._warned:  # once per fit (and per compile outside fit)
@@ -281,6 +283,7 @@ class Trainer(TrainingLoop):
         group = self.steps_per_execution
         step = 0 if resume is None else resume.step
         statistics = self._fresh_statistics(model.state, batch)
+        assert self._train_step is not None  # set by configure (compile)
         train_fn = self.train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
         if resume is not None and resume.restore_statistics is not None:
@@ -311,6 +314,7 @@ class Trainer(TrainingLoop):
         batch = next(place_batches(data.batches(0, group=group), self.strategy,
                                    stacked=group > 1))
         statistics = self._fresh_statistics(model.state, batch)
+        assert self._train_step is not None  # set by configure (compile)
         train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
         model.state, statistics = train_fn(model.state, statistics, batch)
@@ -331,6 +335,7 @@ class Trainer(TrainingLoop):
         with self._placed(data) as batches:
             batch = _first(batches, data)
             statistics = self._fresh_statistics(model.state, batch, "eval")
+            assert self._eval_step is not None  # set by configure (compile)
             eval_fn = self._compiled_step(self._eval_step, (model.state, statistics, batch), P())
             in_flight = InFlight()
             step = 0
@@ -372,11 +377,11 @@ class Trainer(TrainingLoop):
                 callbacks.on_predict_batch_begin(step)
                 ready = in_flight.push((predict_fn(model.state, batch), batch.mask))
                 if ready is not None:
-                    outputs.append(self._to_host(*ready, masks))
+                    outputs.append(self._to_host(*ready, masks=masks))
                     callbacks.on_predict_batch_end(step - 1)
         if step < 0:
             _first(iter(()), data)
-        outputs.append(self._to_host(*in_flight.push(None), masks))
+        outputs.append(self._to_host(*in_flight.push(None), masks=masks))
         callbacks.on_predict_batch_end(step)
         callbacks.on_predict_end()
         return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
-from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.callbacks.callback import Callback, History
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.modules import input_spec
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.mixed_precision import Policy
-from mirrorfit._src.callbacks.callback import Callback, History
-from mirrorfit._src.utils.checks import positive_int, verbosity
+from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.trainers.compile_utils import step_config
 from mirrorfit._src.trainers.model_hooks import overridden, step_family_for
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.trainer import Trainer
+from mirrorfit._src.utils.checks import positive_int, verbosity
 
 
 class TrainingAPI:
@@ -99,7 +99,8 @@ class TrainingAPI:
             raise ValueError(f"You must call model.compile(optimizer, loss) before model.{method}()."
                              " Received: an uncompiled model")
 
-    def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *, shuffle=False,
+    def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *,
+                     shuffle: bool | None = False,
                      steps=None, with_targets=True, steps_name="steps", check=True,
                      **kwargs):
         data = data_adapters.get_data_adapter(
@@ -180,6 +181,19 @@ class TrainingAPI:
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)
+
+    @overload
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                 verbose: str | int = "auto", sample_weight: Any = None,
+                 steps: int | None = None, *, return_dict: Literal[True],
+                 callbacks: Sequence[Callback] | None = None) -> dict[str, float]: ...
+
+    @overload
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                 verbose: str | int = "auto", sample_weight: Any = None,
+                 steps: int | None = None, return_dict: bool = False,
+                 callbacks: Sequence[Callback] | None = None
+                 ) -> float | list[float] | dict[str, float]: ...
 
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: str | int = "auto", sample_weight: Any = None,

@@ -232,7 +232,8 @@ def _seconds(value: int | None, name: str, env: str, default: int) -> int:
     """A timeout: the argument if given, else the (checked) environment variable, else default."""
     if value is not None:
         return _int(value, name, minimum=1, what="a timeout in seconds")
-    return default if _env(env) is None else int(_env(env))
+    raw = _env(env)
+    return default if raw is None else int(raw)
 
 
 def resolve(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -273,15 +274,15 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
 
     source = "arguments"
     address = coordinator_address
-    if address is None and _env(COORDINATOR_ENV) is not None:
-        address, source = _env(COORDINATOR_ENV), "MIRRORFIT_* variables"
-    if num_processes is None and _env(NUM_PROCESSES_ENV) is not None:
-        num_processes = int(_env(NUM_PROCESSES_ENV))
-    if process_id is None and _env(PROCESS_ID_ENV) is not None:
-        process_id = int(_env(PROCESS_ID_ENV))
+    if address is None and (raw := _env(COORDINATOR_ENV)) is not None:
+        address, source = raw, "MIRRORFIT_* variables"
+    if num_processes is None and (raw := _env(NUM_PROCESSES_ENV)) is not None:
+        num_processes = int(raw)
+    if process_id is None and (raw := _env(PROCESS_ID_ENV)) is not None:
+        process_id = int(raw)
     task_type, task_id, spec = "worker", process_id, None
-    if address is None and _env(TF_CONFIG_ENV) is not None:
-        spec, task_type, task_id, tf_process_id = _parse_tf_config(_env(TF_CONFIG_ENV))
+    if address is None and (raw := _env(TF_CONFIG_ENV)) is not None:
+        spec, task_type, task_id, tf_process_id = _parse_tf_config(raw)
         address = (spec.get("chief") or spec["worker"])[0]
         num_processes = sum(len(v) for v in spec.values())
         process_id, source = tf_process_id, TF_CONFIG_ENV

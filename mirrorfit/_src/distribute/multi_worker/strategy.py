@@ -29,9 +29,9 @@ from typing import Any
 
 import jax
 
+from mirrorfit._src.distribute.mesh import Device, check_same_across_processes
 from mirrorfit._src.distribute.multi_worker import cluster, failfast, rendezvous, worker_output
 from mirrorfit._src.distribute.multi_worker.cluster import ClusterConfig, ClusterResolver
-from mirrorfit._src.distribute.mesh import check_same_across_processes
 from mirrorfit._src.distribute.strategy import MirroredStrategy
 
 _NO_CLUSTER = ("MultiWorkerMirroredStrategy: no cluster configuration found (no "
@@ -112,7 +112,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
         self.cluster_resolver = ClusterResolver(config)
         super().__init__()
 
-    def _resolve_devices(self, devices: Sequence[jax.Device] | None) -> tuple[jax.Device, ...]:
+    def _resolve_devices(self, devices: Sequence[Device] | None) -> tuple[Device, ...]:
         # Every device of every process, ordered by process: each process's rows of a
         # global batch are one contiguous block.
         return tuple(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))

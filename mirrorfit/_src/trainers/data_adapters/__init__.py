@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from mirrorfit._src.trainers import input_checks
-from mirrorfit._src.utils.checks import MirrorfitWarning, positive_int
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import (
     ArrayDataAdapter,
     fingerprint,
@@ -60,6 +59,7 @@ from mirrorfit._src.trainers.data_adapters.torch_data_loader_adapter import (
     is_torch_dataloader,
     torch_data_loader_adapter,
 )
+from mirrorfit._src.utils.checks import MirrorfitWarning, positive_int
 
 DEFAULT_BATCH_SIZE = 32
 """Keras' default global batch size."""
@@ -206,7 +206,7 @@ def input_fingerprint(data: DataAdapter) -> dict[str, Any]:
     per-process pipelines (``local_rows``) must agree on their steps and batch rows
     (`per_process_fingerprint`).
     """
-    if data.local_rows:
+    if isinstance(data, IterableDataAdapter) and data.local_rows:  # never an array adapter
         return per_process_fingerprint(data)
     arrays = data.arrays()
     if arrays is None:

@@ -20,8 +20,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.distribute.batch import Batch, pad_index, padded_size, real_rows_mask, take_rows
+from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.data_adapters.class_weight import class_weights_to_sample_weights
 from mirrorfit._src.trainers.data_adapters.data_adapter import DataAdapter
 
@@ -80,12 +80,13 @@ def fingerprint(tree: Any, name: str) -> dict[str, tuple]:
 
 
 def num_rows(tree: Any, name: str) -> int:
-    sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in jax.tree.leaves(tree)}
-    if None in sizes:
+    leaves = jax.tree.leaves(tree)
+    if any(not np.ndim(leaf) for leaf in leaves):
         raise ValueError(
             f"{name} must hold arrays with a leading batch dimension. "
             f"Received: {name} with a scalar leaf"
         )
+    sizes = {np.shape(leaf)[0] for leaf in leaves}
     if len(sizes) != 1:
         raise ValueError(
             f"All arrays in {name} must have the same number of rows. "

@@ -32,8 +32,8 @@ from typing import Any
 import jax
 
 from mirrorfit._src.distribute.batch import padded_size
-from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
 from mirrorfit._src.distribute.distributed_input import DistributedDataset
+from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
 
 STEPS_REQUIRED = (
     "{name} is required when a distribute_datasets_from_function pipeline has no len() and "
@@ -92,7 +92,10 @@ def distributed_dataset_adapter(dataset: DistributedDataset, *, strategy: Any,
         source = dataset.host_batches()
         for _ in range(start_step):
             next(source, None)
-        return _exactly(source, steps - start_step, steps, steps_name) if strict else source
+        if not strict:
+            return source
+        assert steps is not None  # checked above
+        return _exactly(source, steps - start_step, steps, steps_name)
 
     num_replicas = (dataset.num_local_replicas if dataset.per_process
                     else strategy.num_replicas_in_sync)

@@ -15,14 +15,14 @@ it is exhausted.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import jax
 import numpy as np
 
-from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.distribute.batch import Batch, pad_rows, padded_size, real_rows_mask, stack
+from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.trainers.data_adapters.class_weight import class_weights_to_sample_weights
 from mirrorfit._src.trainers.data_adapters.data_adapter import DataAdapter
@@ -49,7 +49,7 @@ class IterableDataAdapter(DataAdapter):
     iterator (a generator) continues where the last epoch stopped.
 
     Args:
-        data: the iterable.
+        data: the iterable (any source when ``items`` reads it, e.g. a `PyDataset`).
         steps_per_epoch: steps per epoch; ``None`` runs until the source is exhausted (for a
             sized re-iterable, ``len(data)``).
         num_replicas: replica count; batches are padded to a multiple of it.
@@ -68,7 +68,7 @@ class IterableDataAdapter(DataAdapter):
     #                        prefetch thread (trainer.py)
     batch_size = None  # the batches fix their own size (`padded_batch_size` once read)
 
-    def __init__(self, data: Iterable, *, steps_per_epoch: int | None, num_replicas: int,
+    def __init__(self, data: Iterable | Any, *, steps_per_epoch: int | None, num_replicas: int,
                  with_targets: bool = True, class_weight: Mapping[int, float] | None = None,
                  items: Callable[[int, int], Iterator] | None = None, kind: str = "iterable",
                  local_rows: bool = False):
@@ -78,7 +78,7 @@ class IterableDataAdapter(DataAdapter):
         if items is None and iter(data) is data:
             self._iterator = data  # one-shot: epochs continue where the last one stopped
         self.steps = steps_per_epoch
-        if self.steps is None and self._iterator is None and hasattr(data, "__len__"):
+        if self.steps is None and self._iterator is None and isinstance(data, Sized):
             self.steps = len(data)  # a sized re-iterable: one pass per epoch
         self.num_replicas = num_replicas
         self.with_targets = with_targets

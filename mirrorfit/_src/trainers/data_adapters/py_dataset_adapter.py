@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sized
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from mirrorfit._src.utils.checks import positive_int
 from mirrorfit._src.trainers.data_adapters.iterable_data_adapter import IterableDataAdapter
+from mirrorfit._src.utils.checks import positive_int
 
 
 class PyDataset:
@@ -64,7 +64,7 @@ class PyDataset:
     @property
     def num_batches(self) -> int | None:
         """Batches per epoch: ``len(self)``, or ``None`` for an infinite dataset."""
-        return len(self) if hasattr(self, "__len__") else None
+        return len(self) if isinstance(self, Sized) else None
 
     def on_epoch_begin(self) -> None:
         """Called before every epoch's first batch is loaded."""
