@@ -1,6 +1,6 @@
-"""A small training run for tests/test_resume.py, meant to be killed and run again.
+"""A small training run for tests/callbacks/test_resume.py, meant to be killed and run again.
 
-    python tests/resume_worker.py OUT_DIR [--no-backup]
+    python tests/callbacks/resume_worker.py OUT_DIR [--no-backup]
 
 Trains an MLP with BatchNorm and Dropout on 2 simulated CPU devices for 3 epochs (13 steps
 each, the last one partial) with ``BackupAndRestore(OUT_DIR/backup, save_freq=4)``, then

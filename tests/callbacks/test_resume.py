@@ -1,7 +1,7 @@
 """Step-exact fault tolerance: a training process is SIGKILLed mid-epoch (once between steps,
 once in the middle of a backup write) and the same command, run again, finishes with params
-bitwise equal to an uninterrupted run. The runs are tests/resume_worker.py subprocesses on 2
-simulated CPU devices (3 epochs of 13 steps, a backup every 4 steps)."""
+bitwise equal to an uninterrupted run. The runs are tests/callbacks/resume_worker.py
+subprocesses on 2 simulated CPU devices (3 epochs of 13 steps, a backup every 4 steps)."""
 
 import os
 import random
@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from tests.helpers import REPO_ROOT
 
 WORKER = Path(__file__).with_name("resume_worker.py")
 STEPS_PER_EPOCH, EPOCHS, SAVE_FREQ = 13, 3, 4  # as in resume_worker.py (200 rows, batch 16)
@@ -36,7 +38,7 @@ def _start(out: Path, env_extra: dict[str, str], *args: str) -> subprocess.Popen
     # One compilation cache for every run: later runs reuse the same executables.
     env.update(JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(out.parent / "jax-cache"),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               PYTHONPATH=os.pathsep.join([str(WORKER.parent.parent), env.get("PYTHONPATH", "")]),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]),
                **env_extra)
     return subprocess.Popen([sys.executable, str(WORKER), str(out), *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

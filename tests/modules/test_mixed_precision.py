@@ -1,6 +1,6 @@
 """Tests for mf.mixed_precision (policies) and mf.optimizers.LossScaleOptimizer through fit:
 dtypes inside and outside the compiled step, replica-count agreement, skipped overflow steps,
-scale growth, and a float16 kill-and-resume (the tests/test_resume.py harness)."""
+scale growth, and a float16 kill-and-resume (the tests/callbacks/test_resume.py harness)."""
 
 import json
 import signal
@@ -17,7 +17,7 @@ from sklearn.model_selection import train_test_split
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.distribute.batch import place_batches
-from test_resume import _backup_steps, _finish, _result, _start
+from tests.callbacks.test_resume import _backup_steps, _finish, _result, _start
 
 LSO = mf.optimizers.LossScaleOptimizer
 

@@ -16,12 +16,12 @@ import numpy as np
 import optax
 import pytest
 
-from data_adapter_helpers import count_step_compiles  # "Compiling jit(step)" records
-
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute import strategy as strategy_lib
+# count_step_compiles counts "Compiling jit(step)" records.
+from tests.trainers.data_adapters.helpers import count_step_compiles
 
 NUM_FEATURES, NUM_CLASSES = 12, 4
 _rng = np.random.default_rng(0)

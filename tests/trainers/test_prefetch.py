@@ -7,10 +7,10 @@ import traceback
 
 import numpy as np
 import pytest
-from data_adapter_helpers import BATCH, X, Y, batches, make_model
 
 import mirrorfit as mf
 from mirrorfit._src.trainers import prefetch as prefetch_lib
+from tests.trainers.data_adapters.helpers import BATCH, X, Y, batches, make_model
 
 
 def prefetch_thread_alive() -> bool:

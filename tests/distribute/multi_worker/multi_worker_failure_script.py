@@ -1,6 +1,8 @@
-"""A short job for tests/test_multi_worker.py whose process ``--fail-rank`` raises.
+"""A short job for tests/distribute/multi_worker/test_multi_worker.py whose process
+``--fail-rank`` raises.
 
-    python tests/multi_worker_failure_script.py OUT_DIR [--fail-rank R] [--evaluate-after]
+    python tests/distribute/multi_worker/multi_worker_failure_script.py OUT_DIR
+        [--fail-rank R] [--evaluate-after]
 
 Each process writes ``OUT_DIR/resolver-<rank>`` (its cluster resolver's ``task_type
 task_id``), trains one epoch, then follows the TF multi-worker tutorial's save pattern: the

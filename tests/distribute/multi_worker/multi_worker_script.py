@@ -1,6 +1,7 @@
-"""A tiny training job for tests/test_multi_worker.py, run once per process.
+"""A tiny training job for tests/distribute/multi_worker/test_multi_worker.py, run once per process.
 
-    python tests/multi_worker_script.py OUT_DIR [--batch B] [--hidden H] [--kill-rank R]
+    python tests/distribute/multi_worker/multi_worker_script.py OUT_DIR
+        [--batch B] [--hidden H] [--kill-rank R]
         [--kill-at-step K] [--backup]
 
 Under ``python -m mirrorfit.launch`` (``MIRRORFIT_*`` set) it trains with

@@ -2,7 +2,7 @@
 
 These run in the test process: `mirrorfit._src.distribute.multi_worker.cluster.resolve` and
 `mirrorfit._src.distribute.multi_worker.rendezvous.roll_call` raise before ``jax.distributed`` starts. The jobs that
-do start are in tests/test_multi_worker.py.
+do start are in tests/distribute/multi_worker/test_multi_worker.py.
 """
 
 import json

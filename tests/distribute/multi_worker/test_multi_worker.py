@@ -1,7 +1,7 @@
 """MultiWorkerMirroredStrategy over several local processes (loopback, gloo on the CPU).
 
-Every job runs `tests/multi_worker_script.py` in subprocesses, each with its own XLA_FLAGS
-(set by ``mirrorfit.launch``). Jobs are shared between tests through module fixtures, since
+Every job runs `tests/distribute/multi_worker/multi_worker_script.py` in subprocesses, each with
+its own XLA_FLAGS (set by ``mirrorfit.launch``). Jobs are shared between tests through module fixtures, since
 starting processes is the slow part.
 """
 
@@ -18,10 +18,10 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import launch
+from tests.helpers import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "tests" / "multi_worker_script.py")
-FAILURE_SCRIPT = str(ROOT / "tests" / "multi_worker_failure_script.py")
+SCRIPT = str(Path(__file__).with_name("multi_worker_script.py"))
+FAILURE_SCRIPT = str(Path(__file__).with_name("multi_worker_failure_script.py"))
 KILL_AT_STEP = 10  # global step; the last backup (save_freq=4) is at step 9
 HEARTBEAT_TIMEOUT = 5  # seconds, passed as MIRRORFIT_HEARTBEAT_TIMEOUT
 

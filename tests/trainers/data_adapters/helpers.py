@@ -1,4 +1,5 @@
-"""Shared pieces of the tests/test_data_adapters_*.py files: data, a small model, counters."""
+"""Shared pieces of the tests/trainers/data_adapters/test_*.py files: data, a small model,
+counters."""
 
 import contextlib
 import logging

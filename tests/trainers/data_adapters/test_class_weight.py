@@ -3,12 +3,12 @@ evaluation that is exact across replica counts."""
 
 import numpy as np
 import pytest
-from data_adapter_helpers import BATCH, NUM_CLASSES, W, X, Y, make_model
 
 from mirrorfit._src.trainers.data_adapters.class_weight import (
     check_class_weight,
     class_weights_to_sample_weights,
 )
+from tests.trainers.data_adapters.helpers import BATCH, NUM_CLASSES, W, X, Y, make_model
 
 CLASS_WEIGHT = {0: 0.5, 2: 3.0}  # class 1 is missing: weight 1
 

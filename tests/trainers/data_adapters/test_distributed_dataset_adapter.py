@@ -4,7 +4,8 @@
 ``strategy.distribute_datasets_from_function(fn)`` yields per-replica batches from one
 pipeline per process. On 8 replicas with a global batch of 16, 35 rows make 3 steps, the
 last a partial batch of 3 rows padded to 16: everything must match the same data as arrays,
-with the compiled step of the array run reused. (Several processes: tests/test_multi_worker.py.)
+with the compiled step of the array run reused. (Several processes:
+tests/distribute/multi_worker/test_multi_worker.py.)
 """
 
 import math
@@ -12,11 +13,11 @@ import math
 import jax
 import numpy as np
 import pytest
-from data_adapter_helpers import X, Y, batches, count_step_compiles, make_model
 
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.trainers.data_adapters.distributed_dataset_adapter import _exactly
+from tests.trainers.data_adapters.helpers import X, Y, batches, count_step_compiles, make_model
 
 REPLICAS, GLOBAL_BATCH, EPOCHS = 8, 16, 2
 

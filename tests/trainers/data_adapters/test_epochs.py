@@ -4,10 +4,10 @@ import itertools
 
 import numpy as np
 import pytest
-from data_adapter_helpers import BATCH, RecordSteps, X, Y, batches, make_model
 
 import mirrorfit as mf
 from mirrorfit._src.utils.checks import MirrorfitWarning
+from tests.trainers.data_adapters.helpers import BATCH, RecordSteps, X, Y, batches, make_model
 
 RAN_OUT = "Your input ran out of data; interrupting training"
 

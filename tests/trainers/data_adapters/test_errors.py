@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from data_adapter_helpers import BATCH, X, Y, batches
 
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
+from tests.trainers.data_adapters.helpers import BATCH, X, Y, batches
 
 
 class OneBatch(mf.utils.PyDataset):

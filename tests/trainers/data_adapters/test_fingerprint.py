@@ -1,18 +1,19 @@
 """The multi-process input fingerprint: shapes, dtypes and a hash of a fixed sample of rows,
 compared across processes at the start of fit/evaluate/predict.
 
-Two processes given different arrays are tested in tests/test_multi_worker.py
+Two processes given different arrays are tested in
+tests/distribute/multi_worker/test_multi_worker.py
 (``test_mismatched_batch_size_and_model_fail_fast_naming_them``, ``--data-seed 0,1``).
 """
 
 import numpy as np
-from data_adapter_helpers import X, Y, batches
 
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import (
     FINGERPRINT_ROWS,
     fingerprint,
 )
+from tests.trainers.data_adapters.helpers import X, Y, batches
 
 
 def _fields(x, y):

@@ -10,7 +10,10 @@ import math
 
 import numpy as np
 import pytest
-from data_adapter_helpers import (
+
+import mirrorfit as mf
+from mirrorfit._src.trainers import data_adapters
+from tests.trainers.data_adapters.helpers import (
     BATCH,
     ROWS,
     X,
@@ -19,9 +22,6 @@ from data_adapter_helpers import (
     count_step_compiles,
     make_model,
 )
-
-import mirrorfit as mf
-from mirrorfit._src.trainers import data_adapters
 
 EPOCHS = 2
 
