@@ -21,6 +21,7 @@ from tensorboardX.record_writer import masked_crc32c
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from tests.helpers import Interrupt, interrupt_after, tree_equal
 
 ROWS, BATCH = 72, 16  # 5 steps per epoch, the last one partial (8 rows)
 STEPS = math.ceil(ROWS / BATCH)
@@ -67,12 +68,6 @@ def _fit(model, callbacks, epochs, **kwargs):
                      **kwargs)
 
 
-def _assert_weights_equal(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert np.array_equal(a, b)
-
-
 # -- EarlyStopping ----------------------------------------------------------------------------
 
 
@@ -84,7 +79,7 @@ def test_early_stopping_restores_best_epoch_weights(model):
     history = _fit(model, [_inject("score", [3.0, 1.0, 2.0, 2.5, 0.1, 0.1]), stop, record], 6)
     assert history.epoch == [0, 1, 2, 3]  # epochs 2 and 3 did not improve on epoch 1
     assert stop.stopped_epoch == 3 and stop.best == 1.0 and stop.best_epoch == 1
-    _assert_weights_equal(model.get_weights(), weights[1])
+    tree_equal(model.get_weights(), weights[1])
     assert not np.array_equal(weights[1][0], weights[3][0])
 
 
@@ -125,7 +120,7 @@ def test_model_checkpoint_save_best_only_keeps_improvements(model, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e1-3.0", "e2-1.0", "e4-0.5"]
     for name, epoch in (("e2-1.0", 1), ("e4-0.5", 3)):
         model.load_weights(tmp_path / name)
-        _assert_weights_equal(model.get_weights(), weights[epoch])
+        tree_equal(model.get_weights(), weights[epoch])
 
 
 def test_model_checkpoint_every_n_steps_saves_whole_model(model, tmp_path):
@@ -160,7 +155,7 @@ def test_learning_rate_scheduler_drives_optax_without_recompiling(model):
     history = _fit(model, [schedule, record], 3)
     np.testing.assert_allclose(lrs, [0.05, 0.0, 0.2], rtol=1e-7)
     np.testing.assert_allclose(history.history["learning_rate"], [0.05, 0.0, 0.2], rtol=1e-7)
-    _assert_weights_equal(weights[1], weights[0])  # lr 0: optax applied no update
+    tree_equal(weights[1], weights[0])  # lr 0: optax applied no update
     assert not np.array_equal(weights[2][0], weights[1][0])
     assert model.trainer.train_fn._cache_size() == max(cache_size, 1)
 
@@ -283,18 +278,6 @@ def test_lambda_callback_calls_each_given_hook(model):
 # -- BackupAndRestore -------------------------------------------------------------------------
 
 
-class _Interrupt(Exception):
-    pass
-
-
-def _interrupt_after(model, step):
-    def check(batch, logs):
-        if int(jax.device_get(model.state.step)) >= step:
-            raise _Interrupt
-
-    return mf.callbacks.LambdaCallback(on_train_batch_end=check)
-
-
 @pytest.fixture(scope="module")
 def grouped():
     """A model fusing 2 steps per call, with its initial state."""
@@ -315,8 +298,8 @@ def test_backup_and_restore_resumes_bitwise(grouped, tmp_path, save_freq, stop_a
 
     model.state = model.strategy.replicate_arrays(initial)
     backup = mf.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=save_freq)
-    with pytest.raises(_Interrupt):
-        _fit(model, [backup, _interrupt_after(model, stop_at)], **kwargs)
+    with pytest.raises(Interrupt):
+        _fit(model, [backup, interrupt_after(model, stop_at)], **kwargs)
     assert checkpoint_lib.versions(tmp_path / "backup")
     started = []
     probe = mf.callbacks.LambdaCallback(on_train_batch_begin=lambda b, logs: started.append(
@@ -326,14 +309,14 @@ def test_backup_and_restore_resumes_bitwise(grouped, tmp_path, save_freq, stop_a
     # steps 4, 7 (mid-epoch), 12; interrupted after 9. Epoch backups: after 5 and 10.
     assert started == [resume_at]
     assert resumed.history == expected.history and resumed.epoch == [0, 1, 2]
-    _assert_weights_equal(model.get_weights(), expected_weights)
+    tree_equal(model.get_weights(), expected_weights)
     assert not (tmp_path / "backup").exists()  # delete_checkpoint=True
 
 
 def test_backup_and_restore_falls_back_from_a_damaged_backup(model, tmp_path):
     backup = mf.callbacks.BackupAndRestore(tmp_path / "b", save_freq=2, delete_checkpoint=False)
-    with pytest.raises(_Interrupt):
-        _fit(model, [backup, _interrupt_after(model, 4)], 2)
+    with pytest.raises(Interrupt):
+        _fit(model, [backup, interrupt_after(model, 4)], 2)
     newest, previous = checkpoint_lib.versions(tmp_path / "b")
     (newest / "meta" / "metadata").write_text("{")  # a truncated file
     started = []
@@ -347,8 +330,8 @@ def test_backup_and_restore_falls_back_from_a_damaged_backup(model, tmp_path):
 
 def test_backup_and_restore_refuses_a_changed_shuffle_order(model, tmp_path):
     backup = mf.callbacks.BackupAndRestore(tmp_path / "b", save_freq=2)
-    with pytest.raises(_Interrupt):
-        _fit(model, [backup, _interrupt_after(model, 3)], 2)
+    with pytest.raises(Interrupt):
+        _fit(model, [backup, interrupt_after(model, 3)], 2)
     x, y = _data(ROWS + 1)
     with pytest.raises(ValueError, match="different shuffle order"):
         model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[backup])

@@ -13,15 +13,12 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import mirrorfit as mf
+from tests.helpers import mirrored_strategy
 
 REPLICAS = [1, 2, 8]
 
 
 @functools.cache
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
-
-
 def _padded(rows, n):
     return -(-rows // n) * n
 
@@ -32,7 +29,7 @@ def _padded(rows, n):
 @pytest.mark.parametrize("rows", [16, 11])
 @pytest.mark.parametrize("n", REPLICAS)
 def test_distribute_dataset_shards_batch_and_masks_padding(n, rows):
-    strategy = _strategy(n)
+    strategy = mirrored_strategy(n)
     x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
     y = np.arange(rows, dtype=np.int32)
     (batch,) = list(strategy.experimental_distribute_dataset([{"x": x, "y": y}]))
@@ -52,7 +49,7 @@ def test_distribute_dataset_shards_batch_and_masks_padding(n, rows):
 
 
 def test_distribute_dataset_keeps_batch_order_over_a_generator_and_partial_last_batch():
-    strategy = _strategy(8)
+    strategy = mirrored_strategy(8)
     x = np.arange(40, dtype=np.float32)
 
     def batches():
@@ -66,14 +63,14 @@ def test_distribute_dataset_keeps_batch_order_over_a_generator_and_partial_last_
 
 
 def test_distribute_dataset_iterates_a_list_again_on_each_pass():
-    strategy = _strategy(2)
+    strategy = mirrored_strategy(2)
     dataset = strategy.experimental_distribute_dataset([np.ones(4), np.zeros(4)])
     for _ in range(2):
         np.testing.assert_array_equal([float(b.sum()) for b in dataset], [4.0, 0.0])
 
 
 def test_distribute_dataset_places_next_batch_before_handing_out_current():
-    strategy = _strategy(2)
+    strategy = mirrored_strategy(2)
     pulled = []
 
     def batches():
@@ -88,13 +85,13 @@ def test_distribute_dataset_places_next_batch_before_handing_out_current():
 
 
 def test_batch_mask_of_arrays_not_from_a_distributed_dataset_is_none():
-    strategy = _strategy(2)
+    strategy = mirrored_strategy(2)
     assert mf.batch_mask(strategy.replicate(np.ones(4))) is None
     assert mf.batch_mask(np.ones(4)) is None
 
 
 def test_distribute_dataset_leaves_with_different_leading_sizes_raise_value_error():
-    strategy = _strategy(2)
+    strategy = mirrored_strategy(2)
     dataset = strategy.experimental_distribute_dataset([(np.ones((4, 2)), np.ones(3))])
     with pytest.raises(ValueError, match="batch.*leading sizes"):
         list(dataset)
@@ -102,7 +99,7 @@ def test_distribute_dataset_leaves_with_different_leading_sizes_raise_value_erro
 
 def test_distribute_dataset_not_iterable_raises_type_error_naming_dataset():
     with pytest.raises(TypeError, match="dataset"):
-        _strategy(2).experimental_distribute_dataset(42)
+        mirrored_strategy(2).experimental_distribute_dataset(42)
 
 
 # -- InputContext and distribute_datasets_from_function -------------------------------------
@@ -124,7 +121,7 @@ def test_input_context_global_batch_not_divisible_raises_value_error(n, global_b
 
 @pytest.mark.parametrize("n", REPLICAS)
 def test_distribute_datasets_from_function_gets_input_context(n):
-    strategy = _strategy(n)
+    strategy = mirrored_strategy(n)
     x = np.arange(32, dtype=np.float32)
     contexts = []
 
@@ -146,4 +143,4 @@ def test_distribute_datasets_from_function_gets_input_context(n):
 
 def test_distribute_datasets_from_function_not_callable_raises_type_error():
     with pytest.raises(TypeError, match="dataset_fn"):
-        _strategy(2).distribute_datasets_from_function([np.ones(4)])
+        mirrored_strategy(2).distribute_datasets_from_function([np.ones(4)])

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
+from tests.helpers import mirrored_strategy
 
 REPLICAS = [1, 2, 8]
 ROWS = {"full": 16, "partial": 11}
 
 
-@functools.cache
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
+_strategy = functools.cache(mirrored_strategy)  # one strategy (and its compiled fns) per count
 
 
 def _data(rows, features=3, seed=0):

@@ -17,6 +17,7 @@ import pytest
 from flax import linen as nn
 
 import mirrorfit as mf
+from tests.helpers import mirrored_strategy
 
 REPLICAS = [1, 2, 8]
 ROWS = {"full": 16, "partial": 11}
@@ -24,10 +25,8 @@ FEATURES = 3  # differs from every per-replica batch size used here (16, 8, 2, 1
 RTOL = 1e-6  # float32 sums of at most 16 rows
 
 
-@functools.cache
-def _strategy(n):
-    """One strategy per replica count, so tests share its cache of compiled ``run`` fns."""
-    return mf.MirroredStrategy(jax.devices()[:n])
+# One strategy per replica count, so tests share its cache of compiled ``run`` fns.
+_strategy = functools.cache(mirrored_strategy)
 
 
 def _data(rows, seed=0):

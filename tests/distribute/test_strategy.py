@@ -12,10 +12,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 import mirrorfit as mf
-
-
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
+from tests.helpers import mirrored_strategy
 
 
 def test_default_strategy_uses_every_local_device():
@@ -26,7 +23,7 @@ def test_default_strategy_uses_every_local_device():
 
 @pytest.mark.parametrize("n", [1, 3, 8])
 def test_mesh_is_one_dimensional_over_batch_axis(n):
-    strategy = _strategy(n)
+    strategy = mirrored_strategy(n)
     assert strategy.num_replicas_in_sync == n
     assert strategy.devices == tuple(jax.devices()[:n])
     assert strategy.mesh.axis_names == ("batch",)
@@ -41,7 +38,7 @@ def test_get_strategy_outside_scope_is_single_device():
 
 
 def test_scope_nests_and_restores_innermost_strategy():
-    outer, inner = _strategy(2), _strategy(3)
+    outer, inner = mirrored_strategy(2), mirrored_strategy(3)
     with outer.scope() as entered:
         assert entered is outer
         assert mf.get_strategy() is outer
@@ -52,7 +49,7 @@ def test_scope_nests_and_restores_innermost_strategy():
 
 
 def test_scope_is_left_when_body_raises():
-    strategy = _strategy(3)
+    strategy = mirrored_strategy(3)
     with pytest.raises(RuntimeError, match="boom"):
         with strategy.scope():
             raise RuntimeError("boom")
@@ -61,7 +58,7 @@ def test_scope_is_left_when_body_raises():
 
 @pytest.mark.parametrize("n", [1, 3, 8])
 def test_shard_batch_gives_each_replica_global_batch_over_replicas_rows(n):
-    strategy = _strategy(n)
+    strategy = mirrored_strategy(n)
     global_batch = 24
     x = np.arange(global_batch * 5, dtype=np.float32).reshape(global_batch, 5)
     y = np.arange(global_batch, dtype=np.int32)
@@ -82,7 +79,7 @@ def test_shard_batch_gives_each_replica_global_batch_over_replicas_rows(n):
 
 
 def test_shard_batch_with_leading_axis_splits_the_second_dimension():
-    strategy = _strategy(3)
+    strategy = mirrored_strategy(3)
     stacked = np.arange(4 * 6 * 2, dtype=np.float32).reshape(4, 6, 2)  # [K, batch, 2]
     arr = strategy.shard_batch(stacked, leading_axes=1)
     np.testing.assert_array_equal(np.asarray(arr), stacked)
@@ -91,7 +88,7 @@ def test_shard_batch_with_leading_axis_splits_the_second_dimension():
 
 
 def test_replicate_places_a_full_copy_on_every_replica():
-    strategy = _strategy(3)
+    strategy = mirrored_strategy(3)
     tree = {"w": np.ones((2, 3), np.float32), "b": np.arange(3, dtype=np.float32)}
     placed = strategy.replicate(tree)
     for leaf, host in zip(jax.tree.leaves(placed), jax.tree.leaves(tree)):
@@ -102,7 +99,7 @@ def test_replicate_places_a_full_copy_on_every_replica():
 
 
 def test_compile_replica_fn_maps_per_replica_function_with_collectives():
-    strategy = _strategy(3)
+    strategy = mirrored_strategy(3)
 
     def per_replica(w, x):
         # x: this replica's rows; w: whole on every replica.
@@ -121,7 +118,7 @@ def test_single_replica_program_is_plain_jit_with_shard_map_results():
     # One replica: compile_replica_fn binds the axis with a size-1 vmap instead of shard_map
     # (the single-device fast path). Collectives must still trace and give exactly what the
     # shard_map program gives, with the same output shardings.
-    strategy = _strategy(1)
+    strategy = mirrored_strategy(1)
 
     def fn(w, x):
         mean = lax.pmean(w * jnp.sum(x), "batch")

@@ -11,6 +11,7 @@ import pytest
 from mirrorfit import layers
 from mirrorfit._src.layers import functional, sequential
 from mirrorfit._src.layers import config as config_lib
+from tests.helpers import tree_equal
 
 RNG = np.random.default_rng(4)
 
@@ -27,8 +28,7 @@ def assert_same_model(module, rebuilt, *inputs):
     variables = jax.tree.map(lambda s: RNG.uniform(0.5, 1.5, s.shape).astype(s.dtype), shapes)
     out, again = jax.jit(lambda v: (module.apply(v, *inputs), rebuilt.apply(v, *inputs)))(
         variables)
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                 out, again)
+    tree_equal(out, again)
 
 
 def test_sequential_config_round_trips_through_json():

@@ -10,16 +10,13 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.layers import sequential
+from tests.helpers import mirrored_strategy
 
 L = mf.layers
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(40, 4)).astype(np.float32)
 X2 = RNG.normal(size=(40, 2)).astype(np.float32)
 Y = RNG.integers(0, 3, size=40).astype(np.int32)
-
-
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
 
 
 def _two_in_two_out():
@@ -33,7 +30,7 @@ def test_functional_two_inputs_two_outputs_fit_matches_single_replica(n, allclos
     results = []
     for replicas in (1, n):
         inputs, outputs = _two_in_two_out()
-        with _strategy(replicas).scope():
+        with mirrored_strategy(replicas).scope():
             model = mf.Model(inputs=inputs, outputs=outputs)
             assert model.built  # shapes come from the Inputs
             model.compile(optax.sgd(0.1), ["mse", "sparse_categorical_crossentropy"],
@@ -51,19 +48,19 @@ def test_functional_two_inputs_two_outputs_fit_matches_single_replica(n, allclos
 def test_model_takes_inputs_and_outputs_positionally_as_keras():
     x = mf.Input((4,))
     y = L.Dense(3)(x)
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Model(x, y, name="tiny")
     assert model.module.name == "tiny" and model.layers[0].name == "dense"
     assert model.predict(X, verbose=0).shape == (40, 3)
 
 
 def test_model_with_only_inputs_raises_naming_outputs():
-    with _strategy(1).scope(), pytest.raises(ValueError, match="outputs="):
+    with mirrored_strategy(1).scope(), pytest.raises(ValueError, match="outputs="):
         mf.Model(inputs=mf.Input((4,)))
 
 
 def test_sequential_with_input_is_built_and_names_are_param_keys():
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Sequential([mf.Input((4,)), L.Dense(8, name="hidden"), L.Dense(3)])
     assert model.built
     assert set(model.params) == {"hidden", "dense"}
@@ -73,13 +70,13 @@ def test_sequential_with_input_is_built_and_names_are_param_keys():
 
 
 def test_sequential_input_shape_on_first_layer_builds_the_model():
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Sequential([L.Dense(8, activation="relu", input_shape=(4,)), L.Dense(3)])
     assert model.built and model.input_spec.shape == (4,)
 
 
 def test_sequential_add_grows_the_model_and_keeps_the_compile():
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Sequential()
         model.add(mf.Input((4,)))
         model.add(L.Dense(6, activation="relu"))
@@ -92,7 +89,7 @@ def test_sequential_add_grows_the_model_and_keeps_the_compile():
 
 
 def test_sequential_of_flax_modules_keeps_flax_sequential():
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Sequential([nn.Dense(5), nn.relu, nn.Dense(3)], input_shape=(4,))
     assert set(model.params) == {"layers_0", "layers_2"}
     assert not isinstance(model.module, sequential.SequentialModule)
@@ -101,7 +98,7 @@ def test_sequential_of_flax_modules_keeps_flax_sequential():
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
 def test_frozen_layer_keeps_its_weights_and_batchnorm_stats_in_fit(optimizer):
-    with _strategy(3).scope():
+    with mirrored_strategy(3).scope():
         model = mf.Sequential([mf.Input((4,)), L.Dense(6, name="frozen"),
                                L.BatchNormalization(name="bn"),
                                L.Dense(3, activation="softmax", name="head")])
@@ -124,7 +121,7 @@ def test_get_weights_of_flax_module_follow_creation_order():
         def __call__(self, x):
             return nn.Dense(3, name="z_out")(nn.Dense(5, name="a_in")(x))
 
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Model(Net(), input_shape=(4,))
     # kernel before bias; layers as created (z_out after a_in would sort first by name)
     assert [w.shape for w in model.get_weights()] == [(4, 5), (5,), (5, 3), (3,)]
@@ -137,7 +134,7 @@ def test_get_weights_of_flax_module_follow_creation_order():
 def test_keras_ordered_weights_give_numpy_predictions():
     # The list tf.keras' get_weights returns for this model: Conv2D kernel [3,3,1,2], bias,
     # BatchNorm gamma, beta, moving_mean, moving_variance, Dense kernel, bias.
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Sequential([mf.Input((5, 5, 1)), L.Conv2D(2, 3, activation="relu"),
                                L.BatchNormalization(), L.Flatten(),
                                L.Dense(3, activation="softmax")])
@@ -156,7 +153,7 @@ def test_keras_ordered_weights_give_numpy_predictions():
 
 
 def test_summary_prints_keras_table_with_non_trainable_counts():
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Sequential([mf.Input((4,)), L.Dense(8), L.BatchNormalization()],
                               name="demo")
     lines = []
@@ -169,7 +166,7 @@ def test_summary_prints_keras_table_with_non_trainable_counts():
 
 
 def test_save_and_load_sequential_without_module_round_trips_and_continues(tmp_path):
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Sequential([mf.Input((4,)), L.Dense(6, activation="relu"),
                                L.Dropout(0.1), L.Dense(3, activation="softmax")])
         model.compile("adam", "sparse_categorical_crossentropy", ["accuracy"])
@@ -186,7 +183,7 @@ def test_save_and_load_sequential_without_module_round_trips_and_continues(tmp_p
 
 def test_save_and_load_functional_without_module_gives_equal_predictions(tmp_path):
     inputs, outputs = _two_in_two_out()
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Model(inputs=inputs, outputs=outputs)
         model.save(tmp_path / "model")
         restored = mf.load_model(tmp_path / "model")
@@ -202,7 +199,7 @@ def test_load_model_of_custom_layer_needs_custom_objects(tmp_path):
         def __call__(self, inputs, training=False):
             return inputs * self.factor
 
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Sequential([mf.Input((4,)), Scale(3.0), L.Dense(2)])
         model.save(tmp_path / "m")
         with pytest.raises(ValueError, match="custom_objects"):
@@ -212,7 +209,7 @@ def test_load_model_of_custom_layer_needs_custom_objects(tmp_path):
 
 
 def test_load_model_of_flax_module_without_module_raises(tmp_path):
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         model = mf.Sequential([nn.Dense(2)], input_shape=(4,))
         model.save(tmp_path / "m")
         with pytest.raises(ValueError, match="needs the model.s Flax module"):

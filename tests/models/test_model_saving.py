@@ -13,6 +13,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
+from tests.helpers import tree_equal
 
 _rng = np.random.default_rng(0)
 X = _rng.normal(size=(24, 4)).astype(np.float32)
@@ -56,8 +57,7 @@ def _continues_identically(model, loaded):
     h1 = model.fit(X, Y, batch_size=8, epochs=1, verbose=0, shuffle=False)
     h2 = loaded.fit(X, Y, batch_size=8, epochs=1, verbose=0, shuffle=False)
     assert h1.history == h2.history
-    for got, want in zip(loaded.get_weights(), model.get_weights(), strict=True):
-        np.testing.assert_array_equal(got, want)
+    tree_equal(loaded.get_weights(), model.get_weights())
 
 
 def test_load_model_restores_compiled_model_from_configs_alone(tmp_path):
@@ -89,8 +89,7 @@ def test_load_model_compile_false_loads_weights_only(saved):
     with mf.MirroredStrategy(jax.devices()[:1]).scope():
         loaded = mf.load_model(path, Net(hidden=6), compile=False)
     assert not loaded.compiled and loaded.optimizer is None
-    for got, want in zip(loaded.get_weights(), model.get_weights(), strict=True):
-        np.testing.assert_array_equal(got, want)
+    tree_equal(loaded.get_weights(), model.get_weights())
 
 
 def test_load_model_lists_objects_without_config(tmp_path):

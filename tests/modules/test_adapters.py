@@ -11,14 +11,11 @@ import pytest
 from flax import nnx
 
 import mirrorfit as mf
+from tests.helpers import mirrored_strategy
 
 _rng = np.random.default_rng(4)
 X = _rng.normal(size=(32, 12)).astype(np.float32)
 OFFSET, LR = 100.0, 0.01
-
-
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
 
 
 def _numpy(tree):
@@ -56,7 +53,7 @@ class _KerasShift(nn.Module):
 @pytest.mark.parametrize("kind", ["train", "training"])
 def test_module_gets_train_true_in_fit_and_false_in_evaluate_and_predict(kind):
     y = (X @ np.linspace(-1, 1, 12, dtype=np.float32))[:, None]
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         if kind == "train":
             model = mf.Model(_ShiftWhenTraining(), input_shape=(12,))
         else:
@@ -92,7 +89,7 @@ def _expected_running_stats(h, num_replicas, momentum):
 
 
 def test_linen_batch_norm_stats_are_averaged_across_replicas_and_stay_mirrored():
-    strategy = _strategy(8)
+    strategy = mirrored_strategy(8)
     with strategy.scope():
         model = mf.Sequential([nn.Dense(6), nn.BatchNorm(momentum=0.9), nn.Dense(3), nn.softmax],
                               input_shape=(12,))
@@ -135,7 +132,7 @@ class _NnxBatchNorm(nnx.Module):
 
 
 def test_nnx_batch_norm_stats_are_averaged_across_replicas_and_stay_mirrored():
-    strategy = _strategy(8)
+    strategy = mirrored_strategy(8)
     with strategy.scope():
         model = mf.Model(_NnxBatchNorm(nnx.Rngs(0)), input_shape=(12,))
         model.compile(optax.sgd(0.1), "mse")
@@ -183,7 +180,7 @@ def _dropout_model(kind, seed):
 
     The nnx module's own params are always created from ``nnx.Rngs(0)``.
     """
-    with _strategy(8).scope():
+    with mirrored_strategy(8).scope():
         if kind == "linen":
             model = mf.Sequential([nn.Dense(64, bias_init=nn.initializers.ones), nn.Dropout(0.5)],
                                   input_shape=(4,), seed=seed)
@@ -261,7 +258,7 @@ def test_nnx_module_fits_like_on_one_replica_and_predicts_in_order(allclose):
     y = np.arange(len(X)) % 4
     models = []
     for n in (1, 3):
-        with _strategy(n).scope():
+        with mirrored_strategy(n).scope():
             model = mf.Model(_NnxMlp(nnx.Rngs(0)), input_shape=(12,))
             model.compile(optax.sgd(0.1), "sparse_categorical_crossentropy", ["accuracy"])
         initial = model.get_weights()

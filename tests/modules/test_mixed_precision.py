@@ -1,6 +1,6 @@
 """Tests for mf.mixed_precision (policies) and mf.optimizers.LossScaleOptimizer through fit:
 dtypes inside and outside the compiled step, replica-count agreement, skipped overflow steps,
-scale growth, and a float16 kill-and-resume (the tests/callbacks/test_resume.py harness)."""
+scale growth, and a float16 kill-and-resume (tests/callbacks/resume_harness.py)."""
 
 import json
 import signal
@@ -17,7 +17,8 @@ from sklearn.model_selection import train_test_split
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.distribute.batch import place_batches
-from tests.callbacks.test_resume import _backup_steps, _finish, _result, _start
+from tests.callbacks.resume_harness import assert_same_result, backup_steps, finish, result, start
+from tests.helpers import all_reduce_operands, mirrored_strategy, tree_equal
 
 LSO = mf.optimizers.LossScaleOptimizer
 
@@ -28,14 +29,10 @@ def _float32_global_policy():
     mf.mixed_precision.set_global_policy("float32")
 
 
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
-
-
 def _mlp(n, policy, optimizer, *, batch_norm=False, hidden=32, **compile_kwargs):
     layers = [nn.Dense(hidden), nn.BatchNorm(), nn.relu] if batch_norm else [nn.Dense(hidden),
                                                                              nn.relu]
-    with _strategy(n).scope():
+    with mirrored_strategy(n).scope():
         model = mf.Sequential([*layers, nn.Dense(10), nn.softmax], input_shape=(64,), seed=3,
                               dtype_policy=policy)
         model.compile(optimizer, "sparse_categorical_crossentropy", ["accuracy"],
@@ -72,7 +69,7 @@ def test_global_policy_applies_to_models_created_after_it_unless_overridden():
     assert mf.mixed_precision.global_policy().name == "float32"
     mf.mixed_precision.set_global_policy("mixed_bfloat16")
     assert mf.mixed_precision.Policy().name == "mixed_bfloat16"
-    with _strategy(1).scope():
+    with mirrored_strategy(1).scope():
         assert mf.Model(nn.Dense(2)).dtype_policy.name == "mixed_bfloat16"
         assert mf.Model(nn.Dense(2), dtype_policy="float32").dtype_policy.name == "float32"
 
@@ -126,7 +123,7 @@ def test_bf16_policy_one_and_eight_replicas_agree_within_bf16_rounding(allclose)
 
 def test_mixed_float16_compile_wraps_optimizer_with_keras_defaults():
     def compiled_optimizer(policy, optimizer, **kwargs):
-        with _strategy(1).scope():
+        with mirrored_strategy(1).scope():
             model = mf.Model(nn.Dense(2), dtype_policy=policy)  # unbuilt: nothing to compile
         model.compile(optimizer, "mse", **kwargs)
         return model.trainer.config.optimizer
@@ -178,7 +175,7 @@ def test_overflow_on_one_replica_skips_that_step_everywhere_and_halves_the_scale
     x = rng.normal(size=(5 * rows, 4)).astype(np.float32)
     y = rng.normal(size=5 * rows).astype(np.float32)
     y[3 * rows - 1] = 1e18
-    with _strategy(n).scope():
+    with mirrored_strategy(n).scope():
         model = mf.Model(nn.Dense(1), input_shape=(4,))
         model.compile(LSO(mf.optimizers.Adam(), initial_scale=2.0**100, dynamic_growth_steps=2),
                       lambda y_true, y_pred: (y_pred[:, 0] - y_true) ** 2)
@@ -194,18 +191,17 @@ def test_overflow_on_one_replica_skips_that_step_everywhere_and_halves_the_scale
         assert recorder.logged[after] == scales[after]
     before, skipped = recorder.states[1], recorder.states[2]
     for old, new in zip(before, skipped):
-        for a, b in zip(jax.tree.leaves((old.params, old.opt_state.inner_state)),
-                        jax.tree.leaves((new.params, new.opt_state.inner_state))):
-            np.testing.assert_array_equal(a, b)  # params and Adam's state, count included
+        # params and Adam's state, count included
+        tree_equal((old.params, old.opt_state.inner_state),
+                   (new.params, new.opt_state.inner_state))
     assert not np.array_equal(recorder.states[3][0].params["kernel"], before[0].params["kernel"])
     # The finite flags travel in the step's one all-reduce: an operand per gradient leaf and
     # one for all statistics, as without loss scaling.
     if n > 1:
         hlo = _compiled_train_step(model, x, y, rows).compile().as_text()
-        all_reduces = [line for line in hlo.splitlines() if " all-reduce(" in line]
+        all_reduces = all_reduce_operands(hlo)
         assert len(all_reduces) == 1
-        operands = all_reduces[0].split(" all-reduce(")[1].split(")")[0].split(", ")
-        assert len(operands) == len(jax.tree.leaves(model.params)) + 1
+        assert len(all_reduces[0]) == len(jax.tree.leaves(model.params)) + 1
 
 
 def test_loss_scale_is_logged_for_training_only():
@@ -222,21 +218,18 @@ def test_float16_fit_resumes_bitwise_after_sigkill_with_loss_scale_state(tmp_pat
     # dynamic_growth_steps=4), which overflows and grows during the run. Killed after step
     # 22, mid-epoch, the rerun resumes from the backup of step 20.
     env = {"DTYPE_POLICY": "mixed_float16"}
-    code, output = _finish(_start(tmp_path / "reference", env, "--no-backup"))
+    code, output = finish(start(tmp_path / "reference", env, "--no-backup"))
     assert code == 0, output
-    expected = _result(tmp_path / "reference")
+    expected = result(tmp_path / "reference")
     scales = expected["history_loss_scale"]
     assert scales[0] < 2.0**18 and scales[1] > scales[0], scales  # halved, then grew
-    code, output = _finish(_start(tmp_path / "killed", {**env, "KILL_AT_STEP": "22"}))
+    code, output = finish(start(tmp_path / "killed", {**env, "KILL_AT_STEP": "22"}))
     assert code == -signal.SIGKILL, output
-    code, output = _finish(_start(tmp_path / "killed", env))
+    code, output = finish(start(tmp_path / "killed", env))
     assert code == 0, output
-    got = _result(tmp_path / "killed")
-    assert int(got.pop("first_step")) == max(s for s in _backup_steps() if s < 22)
-    assert got.keys() == expected.keys() - {"first_step"}
-    for key, value in got.items():
-        assert value.dtype == expected[key].dtype
-        assert np.array_equal(value, expected[key]), key
+    got = result(tmp_path / "killed")
+    assert int(got.pop("first_step")) == max(s for s in backup_steps() if s < 22)
+    assert_same_result(got, expected)
 
 
 def test_loss_scale_optimizer_config_round_trips_through_json():
@@ -258,7 +251,7 @@ def test_load_model_restores_dtype_policy_and_loss_scale_state(tmp_path, optimiz
     model = _mlp(2, "mixed_float16", optimizer)
     model.fit(x[:128], y[:128], batch_size=32, epochs=1, verbose=0)  # 4 finite steps
     model.save(tmp_path / "m.keras")
-    with _strategy(2).scope():  # the global policy stays float32: the saved one must win
+    with mirrored_strategy(2).scope():  # the global policy stays float32: the saved one must win
         restored = mf.load_model(tmp_path / "m.keras", model.module)
     assert restored.dtype_policy == mf.mixed_precision.Policy("mixed_float16")
     restored_optimizer = restored.trainer.config.optimizer

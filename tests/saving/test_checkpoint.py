@@ -14,6 +14,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from tests.helpers import tree_equal
 
 def _layers(out: int = 3):
     return [nn.Dense(8), nn.BatchNorm(), nn.relu, nn.Dense(out), nn.softmax]
@@ -66,8 +67,7 @@ def test_load_weights_restores_exactly_when_saved_on_8_devices(saved_on_8, load_
         # An unbuilt model is built with the saved input shape.
         loaded = mf.Sequential(_layers(), input_shape=(4,) if built else None, seed=5)
     loaded.load_weights(path)
-    for got, want in zip(loaded.get_weights(), weights, strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(loaded.get_weights(), weights)
     _assert_mirrored_on((loaded.params, loaded.state.model_state), loaded.strategy)
 
 
@@ -76,8 +76,7 @@ def test_load_model_of_a_weights_checkpoint_loads_the_weights(saved_on_8):
     with mf.MirroredStrategy(jax.devices()[:2]).scope():
         model = mf.load_model(path, _layers())
     assert not model.compiled and int(model.state.step) == 0
-    for got, want in zip(model.get_weights(), weights, strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(model.get_weights(), weights)
 
 
 def test_save_weights_twice_keeps_only_the_newest_version(tmp_path, model_on_2):
@@ -89,8 +88,7 @@ def test_save_weights_twice_keeps_only_the_newest_version(tmp_path, model_on_2):
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["ckpt-2"]
     _random_weights(model, seed=3)
     model.load_weights(tmp_path / "w")
-    for got, want in zip(model.get_weights(), newest, strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(model.get_weights(), newest)
 
 
 def test_load_model_restores_optimizer_state_step_and_continues_identically(tmp_path,
@@ -109,8 +107,7 @@ def test_load_model_restores_optimizer_state_step_and_continues_identically(tmp_
         monkeypatch.setattr(pickle, name, refuse)
     with mf.MirroredStrategy(jax.devices()[:1]).scope():
         single = mf.load_model(tmp_path / "m", _layers())
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                 single.state, model.state)  # params, batch_stats, adam moments, step, rng
+    tree_equal(single.state, model.state)  # params, batch_stats, adam moments, step, rng
     assert int(single.state.step) == 3
     _assert_mirrored_on(single.state, single.strategy)
 
@@ -120,8 +117,7 @@ def test_load_model_restores_optimizer_state_step_and_continues_identically(tmp_
     h1 = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     h2 = same.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert h1.history == h2.history
-    for got, want in zip(same.get_weights(), model.get_weights(), strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(same.get_weights(), model.get_weights())
 
 
 def test_load_model_needs_compile_objects_that_were_not_stored(tmp_path, model_on_2):
@@ -158,8 +154,7 @@ def test_crash_mid_save_leaves_previous_checkpoint_loadable(tmp_path, monkeypatc
     assert any(".orbax-checkpoint-tmp" in n for n in names)
 
     model.load_weights(tmp_path / "w")
-    for got, want in zip(model.get_weights(), previous, strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(model.get_weights(), previous)
     model.save_weights(tmp_path / "w")  # the next save cleans up and succeeds
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["ckpt-2"]
     gc.collect()  # report the abandoned writes here, under this test's warning filter
@@ -199,8 +194,7 @@ def test_load_weights_of_damaged_checkpoint_raises_naming_it(tmp_path, damage, s
     before = _random_weights(model, seed=4)
     with pytest.raises(checkpoint_lib.CheckpointError, match=str(version)):
         model.load_weights(tmp_path / "w")
-    for got, want in zip(model.get_weights(), before, strict=True):  # untouched
-        assert np.array_equal(got, want)
+    tree_equal(model.get_weights(), before)  # untouched
 
 
 def test_load_weights_of_missing_path_raises(tmp_path, model_on_2):
@@ -217,8 +211,7 @@ def test_load_weights_with_other_shapes_lists_mismatches_and_loads_nothing(saved
     assert "params/layers_3/bias: expected shape (5,), received (3,)" in message
     assert "params/layers_3/kernel: expected shape (8, 5), received (8, 3)" in message
     assert "nothing was loaded" in message and "ckpt-1" in message
-    for got, want in zip(model.get_weights(), before, strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(model.get_weights(), before)
 
 
 def test_load_weights_with_other_structure_lists_missing_and_extra_paths(saved_on_8):
@@ -232,5 +225,4 @@ def test_load_weights_with_other_structure_lists_missing_and_extra_paths(saved_o
     assert "params/layers_1/bias: not in the model, received shape (8,)" in message
     assert "(8 mismatching entries; nothing was loaded)" in message
     assert "... and 3 more" in message
-    for got, want in zip(model.get_weights(), before, strict=True):
-        assert np.array_equal(got, want)
+    tree_equal(model.get_weights(), before)

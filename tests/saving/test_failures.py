@@ -20,6 +20,7 @@ import pytest
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_files
+from tests.helpers import Interrupt, interrupt_after
 
 ROWS, BATCH = 40, 8  # 5 steps per epoch
 
@@ -47,18 +48,6 @@ def model(compiled):
     return model
 
 
-class _Interrupt(Exception):
-    pass
-
-
-def _interrupt_after(model, step):
-    def check(batch, logs):
-        if int(jax.device_get(model.state.step)) >= step:
-            raise _Interrupt
-
-    return mf.callbacks.LambdaCallback(on_train_batch_end=check)
-
-
 def _fit(model, callbacks, epochs=2, data=None):
     x, y = data if data is not None else _data()
     return model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, shuffle=False,
@@ -67,8 +56,8 @@ def _fit(model, callbacks, epochs=2, data=None):
 
 def _interrupted_backup(model, directory, stop_at=4):
     backup = mf.callbacks.BackupAndRestore(directory, save_freq=2)
-    with pytest.raises(_Interrupt):
-        _fit(model, [backup, _interrupt_after(model, stop_at)])
+    with pytest.raises(Interrupt):
+        _fit(model, [backup, interrupt_after(model, stop_at)])
     return backup
 
 

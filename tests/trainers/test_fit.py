@@ -20,8 +20,7 @@ import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute import strategy as strategy_lib
-# count_step_compiles counts "Compiling jit(step)" records.
-from tests.trainers.data_adapters.helpers import count_step_compiles
+from tests.helpers import all_reduce_operands, count_step_compiles, mirrored_strategy, tree_equal
 
 NUM_FEATURES, NUM_CLASSES = 12, 4
 _rng = np.random.default_rng(0)
@@ -42,13 +41,9 @@ class RowsPerReplica(mf.metrics.Metric):
         return mf.metrics.divide_no_nan(stats["rows"], stats["replicas"])
 
 
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
-
-
 def _mlp(n, *, optimizer=None, steps_per_execution=1, metrics=("accuracy",), seed=0):
     """A 12 -> 16 -> 4 softmax MLP mirrored on the first ``n`` devices."""
-    with _strategy(n).scope():
+    with mirrored_strategy(n).scope():
         model = mf.Sequential([nn.Dense(16), nn.relu, nn.Dense(NUM_CLASSES), nn.softmax],
                               input_shape=(NUM_FEATURES,), seed=seed)
         model.compile(optimizer or optax.sgd(0.1, momentum=0.9),
@@ -219,10 +214,9 @@ def test_train_step_all_reduces_statistics_as_one_operand():
     batch = next(place_batches(data.batches(0), model.strategy))
     statistics = trainer._fresh_statistics(model.state, batch)
     hlo = trainer.train_fn.lower(model.state, statistics, batch).compile().as_text()
-    all_reduces = [line for line in hlo.splitlines() if " all-reduce(" in line]
+    all_reduces = all_reduce_operands(hlo)
     assert len(all_reduces) == 1
-    operands = all_reduces[0].split(" all-reduce(")[1].split(")")[0].split(", ")
-    assert len(operands) == len(jax.tree.leaves(model.params)) + 1
+    assert len(all_reduces[0]) == len(jax.tree.leaves(model.params)) + 1
 
 
 def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_the_same(
@@ -234,7 +228,7 @@ def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_t
     raw = batch_lib.host_buffer((X.size + 1,), np.float32)
     unaligned = raw[1:].reshape(X.shape)  # 4 bytes past a 64-byte boundary
     unaligned[:] = X
-    one, two = _strategy(1), _strategy(2)
+    one, two = mirrored_strategy(1), mirrored_strategy(2)
 
     def first(x, num_replicas=1, strategy=one, shuffle=False):
         data = data_adapters.get_data_adapter(x, Y, batch_size=32, num_replicas=num_replicas,
@@ -267,7 +261,7 @@ def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_t
     monkeypatch.setattr(batch_lib, "takes_host_batch", lambda mesh, tree: False)
     placed_logs, placed = fit()
     assert unplaced_logs == placed_logs
-    jax.tree.map(np.testing.assert_array_equal, unplaced, placed)
+    tree_equal(unplaced, placed)
 
 
 def test_gathered_and_stacked_batches_are_placed_on_a_cpu_device_without_a_copy(monkeypatch):
@@ -281,7 +275,7 @@ def test_gathered_and_stacked_batches_are_placed_on_a_cpu_device_without_a_copy(
         for start in range(0, 96, 32):
             yield X[start:start + 32], Y[start:start + 32]
 
-    one = _strategy(1)
+    one = mirrored_strategy(1)
     array_data = data_adapters.get_data_adapter(X, Y, batch_size=32, num_replicas=1,
                                                 shuffle=True)
     host = [*array_data.batches(0), *array_data.batches(1, group=2),
@@ -318,7 +312,7 @@ def test_batch_logs_stay_readable_after_later_steps():
 
 
 def test_two_thousand_steps_over_eight_devices_complete():
-    with _strategy(8).scope():
+    with mirrored_strategy(8).scope():
         model = mf.Sequential([nn.Dense(2), nn.softmax], input_shape=(4,))
         model.compile(optax.sgd(0.01), "sparse_categorical_crossentropy")
     x = np.random.default_rng(1).normal(size=(16000, 4)).astype(np.float32)
@@ -419,12 +413,12 @@ def test_outside_scope_model_warns_once_naming_scope(monkeypatch):
         warnings.simplefilter("error")
         mf.Model(module)  # second model outside the scope: no second warning
         monkeypatch.setattr(strategy_lib, "_warned_outside_scope", False)
-        with _strategy(8).scope():
+        with mirrored_strategy(8).scope():
             mf.Model(module)  # inside a scope: no warning
 
 
 def test_outputs_that_are_not_probabilities_warn_once():
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Sequential([nn.Dense(NUM_CLASSES)], input_shape=(NUM_FEATURES,))
         model.compile(optax.sgd(0.01), mf.losses.SparseCategoricalCrossentropy(from_logits=False))
     x = X * 10.0  # logits far outside [0, 1]
@@ -466,7 +460,7 @@ class _TwoInputs(nn.Module):
 def test_tuple_and_dict_inputs_train_the_same_as_each_other(allclose):
     parts = (X[:, :5], X[:, 5:9], X[:, 9:])
     models = {}
-    with _strategy(8).scope():
+    with mirrored_strategy(8).scope():
         for name, module, x, shape in (
             ("tuple", _TupleInputs(), parts, ((5,), (4,), (3,))),
             ("dict", _DictInputs(), dict(zip("abc", parts)), {"a": (5,), "b": (4,), "c": (3,)}),
@@ -487,7 +481,7 @@ def test_tuple_and_dict_inputs_train_the_same_as_each_other(allclose):
 
 
 def test_two_tuple_inputs_fit_then_predict():
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Model(_TwoInputs(), input_shape=((5,), (7,)))
         model.compile(optax.sgd(0.1), "sparse_categorical_crossentropy")
     x = (X[:, :5], X[:, 5:])
@@ -496,7 +490,7 @@ def test_two_tuple_inputs_fit_then_predict():
 
 
 def test_list_input_shape_accepts_tuple_of_inputs():
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Model(_TupleInputs(), input_shape=[(5,), (4,), (3,)])
         model.compile(optax.sgd(0.1), "sparse_categorical_crossentropy")
     history = model.fit((X[:, :5], X[:, 5:9], X[:, 9:]), Y % 3, batch_size=20, verbose=0)

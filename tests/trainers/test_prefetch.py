@@ -10,7 +10,8 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.trainers import prefetch as prefetch_lib
-from tests.trainers.data_adapters.helpers import BATCH, X, Y, batches, make_model
+from tests.helpers import tree_equal
+from tests.trainers.data_adapters.helpers import BATCH, X, Y, batches
 
 
 def prefetch_thread_alive() -> bool:
@@ -52,12 +53,6 @@ def test_close_stops_the_thread_before_the_source_ends():
     assert not prefetch_thread_alive()
 
 
-@pytest.fixture(scope="module")
-def model_and_initial():
-    model = make_model()
-    return model, model.get_weights()
-
-
 def test_fit_evaluate_predict_identical_with_and_without_prefetch(model_and_initial):
     model, initial = model_and_initial
     results = []
@@ -70,8 +65,7 @@ def test_fit_evaluate_predict_identical_with_and_without_prefetch(model_and_init
                         model.predict(batches(), verbose=0)))
     model.trainer.prefetch = True
     (w1, h1, e1, p1), (w2, h2, e2, p2) = results
-    for a, b in zip(w1, w2):
-        np.testing.assert_array_equal(a, b)  # bitwise: same batches, same order
+    tree_equal(w1, w2)  # bitwise: same batches, same order
     assert h1 == h2 and e1 == e2
     np.testing.assert_array_equal(p1, p2)
 

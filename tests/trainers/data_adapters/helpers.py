@@ -1,8 +1,6 @@
-"""Shared pieces of the tests/trainers/data_adapters/test_*.py files: data, a small model,
-counters."""
-
-import contextlib
-import logging
+"""Shared pieces of the tests/trainers/data_adapters/test_*.py files: data, a small model, a
+recording callback. The model and its initial weights are also the ``model_and_initial``
+fixture of tests/conftest.py."""
 
 import flax.linen as nn
 import jax
@@ -33,29 +31,6 @@ def batches(x=X, y=Y, w=None, batch_size=BATCH):
     for start in range(0, len(x), batch_size):
         part = slice(start, start + batch_size)
         yield (x[part], y[part]) if w is None else (x[part], y[part], w[part])
-
-
-class _Log(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def count_step_compiles():
-    """Counts "Compiling jit(step)" records (jax.log_compiles) inside the block: XLA
-    compilations of per-replica steps (during a fit without validation data, the train step)."""
-    handler, logger, counter = _Log(), logging.getLogger("jax"), []
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles(True):
-            yield counter
-    finally:
-        logger.removeHandler(handler)
-        counter.append(sum(m.startswith("Compiling jit(step)") for m in handler.messages))
 
 
 class RecordSteps(mf.callbacks.Callback):

@@ -34,12 +34,6 @@ def test_class_weight_keys_and_type_are_checked():
         check_class_weight([1.0, 2.0])
 
 
-@pytest.fixture(scope="module")
-def model_and_initial():
-    model = make_model()
-    return model, model.get_weights()
-
-
 @pytest.mark.parametrize("with_sample_weight", [False, True])
 def test_fit_class_weight_equals_fit_with_the_numpy_sample_weights(with_sample_weight,
                                                                     model_and_initial,

@@ -17,7 +17,8 @@ import pytest
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.trainers.data_adapters.distributed_dataset_adapter import _exactly
-from tests.trainers.data_adapters.helpers import X, Y, batches, count_step_compiles, make_model
+from tests.helpers import count_step_compiles
+from tests.trainers.data_adapters.helpers import X, Y, batches, make_model
 
 REPLICAS, GLOBAL_BATCH, EPOCHS = 8, 16, 2
 

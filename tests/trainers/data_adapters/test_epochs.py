@@ -7,15 +7,9 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.utils.checks import MirrorfitWarning
-from tests.trainers.data_adapters.helpers import BATCH, RecordSteps, X, Y, batches, make_model
+from tests.trainers.data_adapters.helpers import BATCH, RecordSteps, X, Y, batches
 
 RAN_OUT = "Your input ran out of data; interrupting training"
-
-
-@pytest.fixture(scope="module")
-def model_and_initial():
-    model = make_model()
-    return model, model.get_weights()
 
 
 class Reiterable:

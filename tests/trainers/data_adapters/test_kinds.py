@@ -13,13 +13,13 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.trainers import data_adapters
+from tests.helpers import count_step_compiles
 from tests.trainers.data_adapters.helpers import (
     BATCH,
     ROWS,
     X,
     Y,
     batches,
-    count_step_compiles,
     make_model,
 )
 
