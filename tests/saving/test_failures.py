@@ -208,7 +208,7 @@ def test_resuming_with_other_data_or_compile_config_is_an_error(change, strict, 
         assert _snapshot(tmp_path / "b") == files
         assert not started
     else:
-        with pytest.warns(mf._src.checks.MirrorfitWarning, match=match):
+        with pytest.warns(mf._src.utils.checks.MirrorfitWarning, match=match):
             _fit(model, [backup, probe], data=data)
         assert started == [4]  # resumed from the backup after step 4
     model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
@@ -263,7 +263,7 @@ def test_damaged_newest_backup_falls_back_to_the_previous_one(damage, compiled, 
     newest, previous = checkpoint_lib.versions(tmp_path / "b")
     damage(newest)
     started, probe = _first_step_recorder(model)
-    with pytest.warns(mf._src.checks.MirrorfitWarning,
+    with pytest.warns(mf._src.utils.checks.MirrorfitWarning,
                       match=r"damaged backup.*falling back"):
         _fit(model, [mf.callbacks.BackupAndRestore(tmp_path / "b", save_freq=2), probe])
     assert started == [2]  # the backup after step 2, not the damaged one after step 4
