@@ -6,6 +6,8 @@ subprocesses on 2 simulated CPU devices (3 epochs of 13 steps, a backup every 4 
 import random
 import signal
 
+import pytest
+
 from tests.callbacks.resume_harness import (
     EPOCHS,
     STEPS_PER_EPOCH,
@@ -15,6 +17,8 @@ from tests.callbacks.resume_harness import (
     result,
     start,
 )
+
+pytestmark = pytest.mark.slow  # Every run is a subprocess, killed and run again.
 
 
 def test_fit_resumes_bitwise_after_sigkill_mid_epoch_and_mid_backup(tmp_path):

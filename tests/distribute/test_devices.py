@@ -23,6 +23,7 @@ def _run_python(code: str, xla_flags: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 3])
 def test_simulate_cpu_devices_sets_device_count_before_backends_start(n):
     # mirrorfit is imported first, as in the notebook: importing must not start JAX.

@@ -294,6 +294,7 @@ def _classification_data(rows=50, features=6, classes=3):
     return x, y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", REPLICAS)
 def test_custom_loop_matches_fit_with_partial_last_batch(n):
     x, y = _classification_data()
@@ -418,6 +419,7 @@ def test_reduce_mean_keeps_int_dtype_so_state_loop_compiles_once():
     assert len(traces) == 1
 
 
+@pytest.mark.slow
 def test_custom_loop_without_host_reads_completes_on_8_devices():
     # Queuing many collective calls deadlocks XLA's CPU all-reduce; run/reduce keep at most
     # two in flight. A regression aborts the process ("Termination timeout for all reduce").

@@ -165,6 +165,7 @@ def test_summary_prints_keras_table_with_non_trainable_counts():
     assert "Non-trainable params: 16" in text
 
 
+@pytest.mark.slow
 def test_save_and_load_sequential_without_module_round_trips_and_continues(tmp_path):
     with mirrored_strategy(2).scope():
         model = mf.Sequential([mf.Input((4,)), L.Dense(6, activation="relu"),

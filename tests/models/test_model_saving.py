@@ -60,6 +60,7 @@ def _continues_identically(model, loaded):
     tree_equal(loaded.get_weights(), model.get_weights())
 
 
+@pytest.mark.slow
 def test_load_model_restores_compiled_model_from_configs_alone(tmp_path):
     model = _trained(optimizer=mf.optimizers.Adam(0.01, clipnorm=1.0),
                      loss=ScaledCrossentropy(2.0))
@@ -92,6 +93,7 @@ def test_load_model_compile_false_loads_weights_only(saved):
     tree_equal(loaded.get_weights(), model.get_weights())
 
 
+@pytest.mark.slow
 def test_load_model_lists_objects_without_config(tmp_path):
     model = _trained(optimizer=optax.sgd(0.1), loss=lambda y, p: jnp.mean(p, -1))
     model.save(tmp_path / "m")
@@ -110,6 +112,7 @@ def test_load_model_without_module_or_custom_objects_says_what_to_pass(saved):
         mf.load_model(saved[1])
 
 
+@pytest.mark.slow
 def test_save_keras_writes_one_zip_file_that_loads(tmp_path):
     model = _trained()
     path = tmp_path / "model.keras"

@@ -88,6 +88,7 @@ def _expected_running_stats(h, num_replicas, momentum):
     return (1 - momentum) * mean, momentum + (1 - momentum) * var
 
 
+@pytest.mark.slow
 def test_linen_batch_norm_stats_are_averaged_across_replicas_and_stay_mirrored():
     strategy = mirrored_strategy(8)
     with strategy.scope():
@@ -193,6 +194,7 @@ def _dropout_model(kind, seed):
 ONES, ZEROS = np.ones((8, 4), np.float32), np.zeros((8, 64), np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["linen", "nnx"])
 def test_dropout_draws_a_new_mask_per_replica_and_step_in_fit_only(kind):
     model = _dropout_model(kind, seed=0)
@@ -209,6 +211,7 @@ def test_dropout_draws_a_new_mask_per_replica_and_step_in_fit_only(kind):
     assert np.all(pred != 0) and np.all(pred == pred[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["linen", "nnx"])
 def test_dropout_training_is_reproducible_from_seed(kind, allclose):
     x = np.random.default_rng(5).normal(size=(64, 4)).astype(np.float32)
@@ -254,6 +257,7 @@ class _NnxMlp(nnx.Module):
         return nnx.softmax(self.out(nnx.relu(self.hidden(x))))
 
 
+@pytest.mark.slow
 def test_nnx_module_fits_like_on_one_replica_and_predicts_in_order(allclose):
     y = np.arange(len(X)) % 4
     models = []

@@ -74,6 +74,7 @@ def test_global_policy_applies_to_models_created_after_it_unless_overridden():
         assert mf.Model(nn.Dense(2), dtype_policy="float32").dtype_policy.name == "float32"
 
 
+@pytest.mark.slow
 def test_bf16_policy_trains_digits_mlp_to_095_test_accuracy():
     x_train, x_test, y_train, y_test = _digits()
     model = _mlp(2, "mixed_bfloat16", mf.optimizers.Adam(1e-2), hidden=128)  # as digits.py
@@ -91,6 +92,7 @@ def _compiled_train_step(model, x, y, batch_size):
     return model.trainer.train_fn.lower(model.state, statistics, batch)
 
 
+@pytest.mark.slow
 def test_bf16_policy_keeps_float32_state_and_computes_matmuls_in_bf16():
     x, y = _digits()[0][:64], _digits()[2][:64]
     model = _mlp(2, "mixed_bfloat16", "adam", batch_norm=True)
@@ -108,6 +110,7 @@ def test_bf16_policy_keeps_float32_state_and_computes_matmuls_in_bf16():
     assert model.predict(x[:5], verbose=0).dtype == np.float32
 
 
+@pytest.mark.slow
 def test_bf16_policy_one_and_eight_replicas_agree_within_bf16_rounding(allclose):
     x, y = _digits()[0][:128], _digits()[2][:128]
     weights = []
@@ -139,6 +142,7 @@ def test_mixed_float16_compile_wraps_optimizer_with_keras_defaults():
     assert not isinstance(compiled_optimizer("mixed_bfloat16", "adam"), LSO)
 
 
+@pytest.mark.slow
 def test_loss_scaling_with_finite_grads_matches_the_unscaled_optimizer(allclose):
     # A power-of-two scale and global batch: scaling and unscaling are exact in float32; XLA
     # fuses the two programs differently, which leaves float32 rounding (a few ulp).
@@ -204,6 +208,7 @@ def test_overflow_on_one_replica_skips_that_step_everywhere_and_halves_the_scale
         assert len(all_reduces[0]) == len(jax.tree.leaves(model.params)) + 1
 
 
+@pytest.mark.slow
 def test_loss_scale_is_logged_for_training_only():
     x, y = _digits()[0][:64], _digits()[2][:64]
     model = _mlp(2, "mixed_float16", "adam")
@@ -213,6 +218,7 @@ def test_loss_scale_is_logged_for_training_only():
     assert "loss_scale" not in model.evaluate(x, y, verbose=0, return_dict=True)
 
 
+@pytest.mark.slow
 def test_float16_fit_resumes_bitwise_after_sigkill_with_loss_scale_state(tmp_path):
     # resume_worker.py trains under "mixed_float16" with LossScaleOptimizer(initial_scale=2**18,
     # dynamic_growth_steps=4), which overflows and grows during the run. Killed after step
@@ -244,6 +250,7 @@ def test_loss_scale_optimizer_config_round_trips_through_json():
         LSO(optax.sgd(0.1)).get_config()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["sgd", LSO(mf.optimizers.SGD(0.1), initial_scale=4.0,
                                                   dynamic_growth_steps=2)])
 def test_load_model_restores_dtype_policy_and_loss_scale_state(tmp_path, optimizer, allclose):

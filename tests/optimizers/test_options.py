@@ -257,6 +257,7 @@ def _fit(num_replicas, batch_size, optimizer):
     return before, model.state.params
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_in_fit_on_8_replicas_equals_one_large_batch(allclose):
     # 48 examples: 3 steps of global batch 16 on 8 replicas (2 rows per replica),
     # accumulated, vs 1 step of global batch 48 on 1 device. Mean-reduced loss.
@@ -266,6 +267,7 @@ def test_gradient_accumulation_in_fit_on_8_replicas_equals_one_large_batch(allcl
     assert not np.allclose(jax.tree.leaves(large)[0], jax.tree.leaves(before)[0])
 
 
+@pytest.mark.slow
 def test_ema_and_accumulation_state_checkpoint_and_resume_step_exactly(tmp_path, allclose):
     # 3 steps leave one gradient accumulated (k=2); saving there and resuming must match
     # 6 uninterrupted steps, EMA included.

@@ -91,6 +91,7 @@ def test_save_weights_twice_keeps_only_the_newest_version(tmp_path, model_on_2):
     tree_equal(model.get_weights(), newest)
 
 
+@pytest.mark.slow
 def test_load_model_restores_optimizer_state_step_and_continues_identically(tmp_path,
                                                                             monkeypatch):
     x, y = _data()

@@ -219,6 +219,7 @@ def test_train_step_all_reduces_statistics_as_one_operand():
     assert len(all_reduces[0]) == len(jax.tree.leaves(model.params)) + 1
 
 
+@pytest.mark.slow
 def test_small_or_aligned_one_device_batches_reach_the_step_as_numpy_and_train_the_same(
         monkeypatch):
     # One device: a batch of at most HOST_BATCH_BYTES, or one in aligned buffers on a CPU
@@ -311,6 +312,7 @@ def test_batch_logs_stay_readable_after_later_steps():
 # -- 5. no deadlock -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_thousand_steps_over_eight_devices_complete():
     with mirrored_strategy(8).scope():
         model = mf.Sequential([nn.Dense(2), nn.softmax], input_shape=(4,))

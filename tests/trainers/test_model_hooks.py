@@ -197,6 +197,7 @@ class _Interrupt(mf.callbacks.Callback):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_gan_train_step_resumes_step_exactly_with_backup_and_restore(tmp_path, allclose):
     real = (np.random.default_rng(1).normal(size=(48, 2)) + 3.0).astype(np.float32)
     noise = np.random.default_rng(2).normal(size=(48, 2)).astype(np.float32)

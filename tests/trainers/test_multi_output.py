@@ -50,6 +50,7 @@ def _numpy_parts(model, as_dict=False):
     return crossentropy, squared, correct, absolute
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 3, 8])
 def test_list_outputs_total_is_weighted_sum_of_output_losses(n):
     model = _model(n, loss=["sparse_categorical_crossentropy", "mse"], loss_weights=[1.0, 0.5],
@@ -66,6 +67,7 @@ def test_list_outputs_total_is_weighted_sum_of_output_losses(n):
     np.testing.assert_allclose(logs["output_2_mae"], absolute.mean(), rtol=RTOL)
 
 
+@pytest.mark.slow
 def test_dict_outputs_use_output_names_and_weighted_metrics():
     model = _model(3, as_dict=True, loss={"label": "sparse_categorical_crossentropy",
                                           "value": "mse"},
@@ -84,6 +86,7 @@ def test_dict_outputs_use_output_names_and_weighted_metrics():
                                rtol=RTOL)
 
 
+@pytest.mark.slow
 def test_fit_on_two_outputs_matches_one_device(allclose):
     histories, params = [], []
     for n in (1, 8):
@@ -97,6 +100,7 @@ def test_fit_on_two_outputs_matches_one_device(allclose):
         np.testing.assert_allclose(histories[1][key], histories[0][key], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_one_builtin_loss_for_several_outputs_is_a_clear_error():
     model = _model(2, loss="mse")
     with pytest.raises(ValueError, match=r"'mean_squared_error'.*2 outputs.*one loss per output"):
@@ -105,6 +109,7 @@ def test_one_builtin_loss_for_several_outputs_is_a_clear_error():
     assert np.isfinite(model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kwargs, match", [
     (dict(loss=["mse"]), r"loss is given per output for outputs \['output_1'\]"),
     (dict(loss=["mse", "mse"], loss_weights=[1.0]), r"loss_weights must have one entry per"),
@@ -118,6 +123,7 @@ def test_per_output_arguments_that_do_not_match_the_outputs_are_named(kwargs, ma
         model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reduction", ["sum", "mean_with_sample_weight"])
 def test_a_reduction_fit_would_not_honour_is_refused_at_compile(reduction):
     with pytest.raises(ValueError, match=rf"cannot use reduction='{reduction}'.*Drop `reduction=`"):
@@ -127,6 +133,7 @@ def test_a_reduction_fit_would_not_honour_is_refused_at_compile(reduction):
     assert np.isfinite(model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0)[0])
 
 
+@pytest.mark.slow
 def test_per_output_compile_arguments_are_saved_and_restored(tmp_path):
     model = _model(2, loss=["sparse_categorical_crossentropy", "mse"], loss_weights=[1.0, 0.5],
                    metrics=[["accuracy"], ["mae"]], weighted_metrics=[["accuracy"], []])

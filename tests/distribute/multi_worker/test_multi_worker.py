@@ -20,6 +20,8 @@ import mirrorfit as mf
 from mirrorfit import launch
 from tests.helpers import REPO_ROOT as ROOT
 
+pytestmark = pytest.mark.slow  # Every job starts several processes.
+
 SCRIPT = str(Path(__file__).with_name("multi_worker_script.py"))
 FAILURE_SCRIPT = str(Path(__file__).with_name("multi_worker_failure_script.py"))
 KILL_AT_STEP = 10  # global step; the last backup (save_freq=4) is at step 9
