@@ -7,23 +7,26 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-
-def tree_allclose(a, b, *, rtol, atol=0.0):
-    """Asserts two pytrees have the same structure and allclose leaves."""
-    la, ta = jax.tree.flatten(a)
-    lb, tb = jax.tree.flatten(b)
-    assert ta == tb, f"tree structures differ: {ta} vs {tb}"
-    for x, y in zip(la, lb):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+from tests.helpers import tree_allclose  # noqa: E402
+from tests.trainers.data_adapters.helpers import make_model  # noqa: E402
 
 
 @pytest.fixture
 def allclose():
+    """`tests.helpers.tree_allclose`: asserts two pytrees have the same structure and allclose
+    leaves, with ``rtol`` (and ``atol``) stated by the test."""
     return tree_allclose
+
+
+@pytest.fixture(scope="module")
+def model_and_initial():
+    """The data-adapter tests' 5 -> 3 softmax regression on 3 replicas
+    (tests/trainers/data_adapters/helpers.py) and its initial weights, one per test module;
+    a test resets the model with ``model.set_weights(initial)``."""
+    model = make_model()
+    return model, model.get_weights()
 
 
 def pytest_configure(config):

@@ -27,6 +27,7 @@ OWN_CASES = {"handwritten", "handwritten_fused", "handwritten_jit", "mirrorfit_f
              "handwritten_predict", "mirrorfit_predict"}
 
 
+@pytest.mark.slow
 def test_run_quick_writes_json_and_markdown(tmp_path):
     # Peers are left out: their venvs may or may not exist, and the suite never depends on
     # them (their runners are tested above without the network).
@@ -146,6 +147,7 @@ def test_peer_venv_is_not_ready_without_its_marker(tmp_path):
     assert venvs.is_ready(tmp_path, "keras3")
     (tmp_path / "keras3" / venvs.MARKER).write_text("keras==3.0.0\n")
     assert not venvs.is_ready(tmp_path, "keras3")
+@pytest.mark.slow
 def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
     """``benchmarks/gpu.py --quick`` (tiny ResNet and LM on the CPU here) runs end to end.
 

@@ -15,6 +15,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
+from tests.helpers import mirrored_strategy
 
 NUM_FEATURES, NUM_CLASSES, N = 12, 4, 48
 _rng = np.random.default_rng(3)
@@ -22,12 +23,8 @@ X = _rng.normal(size=(N, NUM_FEATURES)).astype(np.float32)
 Y = _rng.integers(0, NUM_CLASSES, size=N).astype(np.int32)
 
 
-def _strategy(n):
-    return mf.MirroredStrategy(jax.devices()[:n])
-
-
 def _mlp(n=3):
-    with _strategy(n).scope():
+    with mirrored_strategy(n).scope():
         return mf.Sequential([nn.Dense(8), nn.relu, nn.Dense(NUM_CLASSES), nn.softmax],
                              input_shape=(NUM_FEATURES,))
 
@@ -310,7 +307,7 @@ def test_unknown_names_list_the_known_names(kwargs, match, known, model, allclos
     (dict(loss=3), TypeError, r"Received: loss=3"),
 ])
 def test_bad_compile_arguments_name_the_argument(kwargs, error, match):
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         model = mf.Model(nn.Dense(2))
     with pytest.raises(error, match=match):
         model.compile(**{"optimizer": "sgd", **kwargs})
@@ -409,13 +406,13 @@ class _NnxNeedsMask(nnx.Module):
     (dict(input_shape="8"), TypeError, r"input_shape must be .*Received: input_shape='8'"),
 ])
 def test_bad_model_arguments_are_refused_at_construction(kwargs, error, match):
-    with _strategy(2).scope(), pytest.raises(error, match=match):
+    with mirrored_strategy(2).scope(), pytest.raises(error, match=match):
         mf.Sequential([nn.Dense(2)], **{"input_shape": (NUM_FEATURES,), **kwargs})
 
 
 @pytest.mark.parametrize("input_shape", [NUM_FEATURES, np.int64(NUM_FEATURES)])
 def test_int_input_shape_means_one_axis(input_shape, allclose):
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         from_int = mf.Sequential([nn.Dense(2)], input_shape=input_shape, seed=1)
         from_tuple = mf.Sequential([nn.Dense(2)], input_shape=(NUM_FEATURES,), seed=1)
     allclose(from_int.get_weights(), from_tuple.get_weights(), rtol=0)
@@ -425,7 +422,7 @@ def test_int_input_shape_means_one_axis(input_shape, allclose):
 @pytest.mark.parametrize("module", [_NeedsMask, _NnxNeedsMask])
 def test_module_needing_an_argument_mirrorfit_does_not_pass_says_what_is_passed(module):
     name = module.__name__
-    with _strategy(2).scope():
+    with mirrored_strategy(2).scope():
         with pytest.raises(TypeError, match=rf"{name} cannot be called with the arguments "
                                             r"mirrorfit passes.*missing.*mask.*one positional "
                                             r"argument per model input.*train=True/False or "
@@ -440,7 +437,7 @@ def test_module_needing_an_argument_mirrorfit_does_not_pass_says_what_is_passed(
 def test_unbuilt_model_fed_from_a_generator_builds_from_its_first_batch():
     # Once a crash ('NoneType' has no attribute 'params'); now the first batch, read ahead
     # and kept for the epoch, builds the model as Keras does.
-    with _strategy(3).scope():
+    with mirrored_strategy(3).scope():
         model = mf.Sequential([nn.Dense(NUM_CLASSES), nn.softmax])
     model.compile(optax.sgd(0.1), "sparse_categorical_crossentropy")
     history = model.fit(_batches(2), steps_per_epoch=2, verbose=0)

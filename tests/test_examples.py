@@ -28,6 +28,7 @@ def _run_digits(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_digits_main_job_default_settings_reaches_accuracy_bar(tmp_path):
     # Default epochs and global batch (32 * 8 replicas), as `mirrorfit-digits --cpu-devices 8`.
     result = _run_digits("--cpu-devices", "8", "--out", str(tmp_path))
@@ -53,6 +54,7 @@ def test_digits_main_job_default_settings_reaches_accuracy_bar(tmp_path):
     assert shapes == [(64, 128), (128,), (128, 10), (10,)]
 
 
+@pytest.mark.slow
 def test_digits_main_job_keras_style_cnn_reaches_accuracy_bar(tmp_path):
     # 2 replicas at global batch 64: 23 steps per epoch, so 20 epochs are quick.
     result = _run_digits("--model", "cnn", "--cpu-devices", "2", "--epochs", "20",

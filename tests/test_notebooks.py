@@ -11,7 +11,10 @@ import os
 import pathlib
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow  # Each notebook runs in its own kernel process.
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"

@@ -1,0 +1,58 @@
+"""A short job for tests/distribute/multi_worker/test_multi_worker.py whose process
+``--fail-rank`` raises.
+
+    python tests/distribute/multi_worker/multi_worker_failure_script.py OUT_DIR
+        [--fail-rank R] [--evaluate-after]
+
+Each process writes ``OUT_DIR/resolver-<rank>`` (its cluster resolver's ``task_type
+task_id``), trains one epoch, then follows the TF multi-worker tutorial's save pattern: the
+chief writes to ``OUT_DIR``, every other worker to a temporary directory that it then
+removes. Process ``R`` removes a directory it never wrote, so ``shutil.rmtree`` raises
+FileNotFoundError (uncaught), right after writing the time into ``OUT_DIR/raised-<R>``.
+The others then end, as in the tutorial, or with ``--evaluate-after`` run ``evaluate``,
+whose collectives wait for process ``R``. Each process that gets to the end writes
+``OUT_DIR/done-<rank>``.
+"""
+
+import argparse
+import os
+import shutil
+import time
+
+import flax.linen as nn
+import numpy as np
+
+import mirrorfit as mf
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--evaluate-after", action="store_true")
+    args = parser.parse_args()
+    strategy = mf.MultiWorkerMirroredStrategy()
+    resolver, rank = strategy.cluster_resolver, strategy.process_id
+    with open(os.path.join(args.out, f"resolver-{rank}"), "w") as f:
+        f.write(f"{resolver.task_type} {resolver.task_id}")
+    x = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    with strategy.scope():
+        model = mf.Sequential([nn.Dense(2), nn.softmax], input_shape=(4,), seed=0)
+        model.compile("sgd", "sparse_categorical_crossentropy")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    if strategy.is_chief:  # stands for the chief's model.save(OUT_DIR)
+        np.save(os.path.join(args.out, "chief-weights.npy"), model.get_weights()[0])
+    temp_dir = os.path.join(args.out, f"workertemp_{resolver.task_id}")
+    if rank == args.fail_rank:
+        with open(os.path.join(args.out, f"raised-{rank}"), "w") as f:
+            f.write(repr(time.time()))
+        shutil.rmtree(temp_dir)  # never written: FileNotFoundError
+    if args.evaluate_after:
+        model.evaluate(x, y, batch_size=8, verbose=0)
+    with open(os.path.join(args.out, f"done-{rank}"), "w") as f:
+        f.write("done")
+
+
+if __name__ == "__main__":
+    main()
