@@ -56,7 +56,9 @@ class TrainingLoop(Protocol):
         two runs with equal fingerprints train alike. Compare them with
         `mirrorfit._src.callbacks.fingerprint_check.differences`. Call it in ``fit``.
         """
+        ...
 
     def epoch_order(self, epoch: int) -> np.ndarray | None:
         """int ``[num_examples]``: the order of the training rows in ``epoch`` of the running
         ``fit``; ``None`` when they are taken in order, or the input has no fixed order."""
+        ...

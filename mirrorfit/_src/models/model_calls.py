@@ -94,7 +94,7 @@ class ModelCalls:
         self._check_input(x)
         if self._jitted_forward is None:
             self._jitted_forward = jax.jit(self._forward, static_argnames="training")
-        state = self._state
+        state = require_state(self._state)
         y, losses = self._jitted_forward(state.params, state.model_state, state.rng,
                                          state.step, x, training=bool(training))
         if not any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(losses)):

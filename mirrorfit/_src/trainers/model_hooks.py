@@ -61,7 +61,6 @@ _HOOKS = ("compute_loss", "train_step", "test_step")
 class ModelHooks:
     """The hooks' default implementations; mixed into `mirrorfit.Model`."""
 
-    _trainer: Any  # set by `mirrorfit.Model`, which this class is mixed into
     _sown: list[Any] | None = None  # values sown into "losses" by the newest forward pass
     _traced_params: Any = None  # the params being differentiated, inside compute_loss
     # Read here, owned by `Model` (the Trainer typed Any: the step family does not import
@@ -69,7 +68,7 @@ class ModelHooks:
     _trainer: Any  # the Trainer: its config's loss (compute_loss) and optimizer (_update)
     trainer: Any  # the same Trainer, as the public property
     _adapter: ModuleAdapter  # the module's forward pass (_forward)
-    strategy: DeviceMesh  # compiles the hooked statistics step (step_hooks)
+    strategy: DeviceMesh  # compiles the hooked statistics step (HookedSteps)
 
     @property
     def params(self) -> Any:
@@ -191,6 +190,7 @@ class HookedSteps(StepFamily):
             def update(carry):
                 state, statistics = carry
                 new_state, stats = self._local(cfg, state, batch, "train")
+                assert new_state is not None  # a train step returns its new state
                 new_state = new_state._replace(step=state.step + 1, rng=state.rng)
                 return new_state, statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
 

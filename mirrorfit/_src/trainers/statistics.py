@@ -77,8 +77,8 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     loss_total = masked_sum(per_example_loss, weight)
     if extra_loss is not None:
         loss_total = loss_total + extra_loss
-    stats = {"loss": {"total": loss_total,
-                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
+    stats: dict[str, Any] = {"loss": {"total": loss_total,
+                                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
     for name, values in (per_output(y, y_pred) if per_output else {}).items():
         stats[name] = masked_sum(values, weight)

@@ -41,7 +41,8 @@ class StepConfig(NamedTuple):
     """What a step needs besides its arguments; fixed at ``compile``."""
 
     adapter: ModuleAdapter
-    loss: Callable[[Any, Any], jax.Array]  # (y_true, y_pred) -> per-example loss [batch]
+    # (y_true, y_pred) -> per-example loss [batch]; None for a model with its own train_step
+    loss: Callable[[Any, Any], jax.Array] | None
     metrics: Sequence[Any]  # mirrorfit.metrics.Metric objects, weighted by the mask only
     optimizer: optax.GradientTransformation
     weighted_metrics: Sequence[Any]  # metrics weighted by sample_weight (and the mask)

@@ -46,6 +46,13 @@ from mirrorfit._src.trainers.step_family import (
 )
 
 
+def _compiled_loss(cfg: StepConfig) -> Callable[[Any, Any], jax.Array]:
+    """``compile``'s loss: the built-in steps always have one (``loss=None`` is only
+    accepted for a model with its own ``train_step``, whose steps are `HookedSteps`)."""
+    assert cfg.loss is not None
+    return cfg.loss
+
+
 class BuiltinSteps(StepFamily):
     """The steps of the loss and metrics given to ``compile`` (`BUILTIN`)."""
 
@@ -79,7 +86,7 @@ class BuiltinSteps(StepFamily):
                 y_pred, model_state, losses = cfg.adapter.apply_with_losses(
                     params, state.model_state, batch.x, train=True, rng=rng
                 )
-                per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
+                per_example = input_checks.per_example_loss(_compiled_loss(cfg), batch.y, y_pred)
                 extra = share_of_sum(losses, batch.mask)
                 total = stats_lib.masked_sum(per_example, stats_lib.example_weights(batch))
                 if extra is not None:
@@ -116,6 +123,7 @@ class BuiltinSteps(StepFamily):
                 )
 
             def skip(state: TrainState) -> TrainState:  # a non-finite gradient on some replica
+                assert scaler is not None  # only taken with a LossScaleOptimizer
                 return state._replace(opt_state=scaler.handle_non_finite_grads(state.opt_state),
                                       step=state.step + 1)
 
@@ -143,7 +151,7 @@ class BuiltinSteps(StepFamily):
                 state.params, state.model_state, batch.x, train=False, rng=state.rng
             )
             assert cfg.loss is not None  # compile requires a loss for the default steps
-            per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
+            per_example = input_checks.per_example_loss(_compiled_loss(cfg), batch.y, y_pred)
             stats, _ = stats_lib.flatten(stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, batch.mask)))
             return statistics + lax.psum(stats, BATCH_AXIS)
@@ -159,7 +167,7 @@ class BuiltinSteps(StepFamily):
             y_pred, _ = cfg.adapter.apply(
                 state.params, state.model_state, batch.x, train=False, rng=state.rng
             )
-            per_example = input_checks.per_example_loss(cfg.loss, batch.y, y_pred)
+            per_example = input_checks.per_example_loss(_compiled_loss(cfg), batch.y, y_pred)
             return stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example, batch)
 
         return jax.eval_shape(local, state, batch)

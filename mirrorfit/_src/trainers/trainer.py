@@ -133,7 +133,8 @@ class Trainer(TrainingLoop):
     def fingerprints(self) -> dict[str, Any]:
         """The running ``fit`` 's data and compile fingerprints, JSON
         (`mirrorfit._src.trainers.fingerprint`)."""
-        return {"data": fingerprint.data_fingerprint(self.train_data),
+        data = self.train_data
+        return {"data": None if data is None else fingerprint.data_fingerprint(data),
                 "compile": fingerprint.compile_fingerprint(self.config)}
 
     def epoch_order(self, epoch: int) -> np.ndarray | None:

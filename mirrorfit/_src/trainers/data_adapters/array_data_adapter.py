@@ -118,6 +118,9 @@ class ArrayDataAdapter(DataAdapter):
     runs_user_code = False  # a batch is a NumPy gather: placed on the calling thread, one
     #                         step ahead (a prefetch thread only slows it; trainer.py)
     kind = "arrays"
+    steps: int  # known for arrays: ceil(rows / batch_size), or fewer with steps_per_epoch
+    batch_size: int
+    padded_batch_size: int
 
     def __init__(self, x, y=None, sample_weight=None, *, batch_size, num_replicas,
                  shuffle=False, seed=0, class_weight=None):
