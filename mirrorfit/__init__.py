@@ -12,6 +12,7 @@ from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
 from mirrorfit import optimizers as optimizers
 from mirrorfit import regularizers as regularizers
+from mirrorfit import saving as saving
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks.callback import History as History
 from mirrorfit._src.distribute.distributed_input import InputContext as InputContext
@@ -71,6 +72,7 @@ __all__ = [
     "mixed_precision",
     "optimizers",
     "regularizers",
+    "saving",
     "scale_regularization_loss",
     "utils",
 ]
