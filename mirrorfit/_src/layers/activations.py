@@ -1,4 +1,5 @@
-"""Keras activation functions by name (as ``keras.activations.get``), on ``jax.nn``."""
+"""Keras activation functions by name (as ``keras.activations.get``), on ``jax.nn``, in the
+registry `ACTIVATIONS`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from mirrorfit._src.utils import registry
 
 Activation = Callable[[jax.Array], jax.Array]
 
@@ -20,8 +23,11 @@ def _hard_sigmoid(x: jax.Array) -> jax.Array:
     return jax.nn.relu6(x + 3.0) / 6.0
 
 
-# Keras 3's names and default arguments (keras/src/activations/activations.py).
-_ACTIVATIONS: dict[str, Activation] = {
+ACTIVATIONS = registry.Registry("activation")
+"""Keras 3's activation names and default arguments (keras/src/activations/activations.py)
+-> functions; saved by name."""
+
+for _name, _fn in {
     "linear": _linear,
     "relu": jax.nn.relu,
     "relu6": jax.nn.relu6,
@@ -44,24 +50,32 @@ _ACTIVATIONS: dict[str, Activation] = {
     "swish": jax.nn.silu,
     "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
     "exponential": jnp.exp,
-}
+}.items():
+    ACTIVATIONS.register(_fn, name=_name)
 
 
 def get(identifier: str | Activation | None) -> Activation:
-    """The activation function for a Keras name, a callable, or ``None`` (linear).
+    """The activation function for a name, a callable, or ``None`` (linear).
+
+    Args:
+        identifier: ``None``, a callable (returned as is) or a name: Keras' (any case), or
+            one of your functions registered with ``mf.saving.register_serializable`` or
+            given in ``custom_objects`` (within ``mf.saving.custom_object_scope``).
 
     Raises:
-        ValueError: ``identifier`` is a string that is not a Keras activation name.
+        ValueError: ``identifier`` is a string that names no activation.
         TypeError: ``identifier`` is neither a string, a callable nor ``None``.
     """
     if identifier is None:
         return _linear
     if isinstance(identifier, str):
-        if identifier not in _ACTIVATIONS:
+        found = ACTIVATIONS.get(identifier)
+        if found is None:
             raise ValueError(
-                f"activation must be one of Keras' names {sorted(_ACTIVATIONS)} or a callable; "
-                f"register a custom one with a callable. Received: activation={identifier!r}")
-        return _ACTIVATIONS[identifier]
+                f"activation must be one of Keras' names {ACTIVATIONS.names()} or a callable; "
+                "register a function of yours with @mf.saving.register_serializable() to "
+                f"use it by name. Received: activation={identifier!r}")
+        return found
     if callable(identifier):
         return identifier
     raise TypeError("activation must be a Keras activation name, a callable or None. "
@@ -69,20 +83,31 @@ def get(identifier: str | Activation | None) -> Activation:
 
 
 def serialize(identifier: str | Callable[..., Any] | None) -> Any:
-    """JSON form of an activation argument: its name (callables by ``__name__``).
+    """JSON form of an activation argument: its name (Keras' or its
+    ``register_serializable`` name; other callables by ``__name__``).
 
     Raises:
         ValueError: a callable that is not a Keras activation and has no usable name.
     """
     if identifier is None or isinstance(identifier, str):
         return identifier
-    for name, fn in _ACTIVATIONS.items():
-        if fn is identifier:
-            return name
+    name = ACTIVATIONS.name_of(identifier)
+    if name is not None:
+        return name
     name = getattr(identifier, "__name__", None)
-    if name in _ACTIVATIONS or not name or name == "<lambda>":
+    if not name or name == "<lambda>" or ACTIVATIONS.built_in(name) is not None:
         raise ValueError(
-            "A custom activation callable can only be saved by name: pass a named function "
-            "and give it to custom_objects when loading. Received: activation="
-            f"{identifier!r}")
+            "A custom activation callable can only be saved by name: pass a named function, "
+            "and register it with @mf.saving.register_serializable() or give it to "
+            f"custom_objects when loading. Received: activation={identifier!r}")
     return name
+
+
+def deserialize(name: str) -> str | Activation:
+    """A saved activation name as a layer argument: Keras' names stay names, and other
+    names become the function `get` finds (yours, registered or in ``custom_objects``).
+
+    Raises:
+        ValueError: ``name`` names no activation.
+    """
+    return name if ACTIVATIONS.built_in(name) is not None else get(name)

@@ -1,4 +1,4 @@
-"""`Layer`: the base of every ``mirrorfit.layers`` module, and the layer registry for configs.
+"""`Layer`: the base of every ``mirrorfit.layers`` module, and `LAYERS`, the layer registry.
 
 A `Layer` is a ``flax.linen`` module with Keras' layer surface:
 
@@ -9,7 +9,9 @@ A `Layer` is a ``flax.linen`` module with Keras' layer surface:
   params are always created in float32 and cast for the computation;
 * ``__call__(..., training=False)``, Keras' training flag;
 * calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
-* ``get_config()`` / ``from_config()`` for architectures saved as JSON;
+* ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
+  found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
+  ``custom_objects``);
 * weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
   when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
   ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
@@ -28,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers import activations, functional, initializers, regularizers
+from mirrorfit._src.utils import registry
 
 if TYPE_CHECKING:
     # Flax's dataclass_transform names only its own field specifier, so a type checker would
@@ -38,37 +41,30 @@ else:
 
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)
 
-_REGISTRY: dict[str, type] = {}
+LAYERS = registry.Registry("layer", "mirrorfit.layers")
+"""The ``mirrorfit.layers`` classes by class name; ``@register`` adds one."""
+register = LAYERS.register
+
 _CONSTRUCTION_ORDER = itertools.count()
 _COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
                    "mixed_bfloat16": jnp.bfloat16, "mixed_float16": jnp.float16,
                    "float64": jnp.float64}
 
 
-def register(cls: type) -> type:
-    """Class decorator: makes ``cls`` loadable from a config by its class name."""
-    _REGISTRY[cls.__name__] = cls
-    return cls
-
-
-def layer_class(class_name: str, custom_objects: dict[str, Any] | None = None) -> type:
-    """The layer class saved under ``class_name``; ``custom_objects`` first.
-
-    Raises:
-        ValueError: the class is neither a mirrorfit layer nor in ``custom_objects``.
-    """
-    if custom_objects and class_name in custom_objects:
-        return custom_objects[class_name]
-    if class_name in _REGISTRY:
-        return _REGISTRY[class_name]
-    raise ValueError(f"Unknown layer class {class_name!r}: pass it in custom_objects, e.g. "
-                     f"custom_objects={{{class_name!r}: {class_name}}}. "
-                     f"Received: class_name={class_name!r}")
-
-
 def _to_json(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [_to_json(v) for v in value]
+    return value
+
+
+def _from_json(field: str, value: Any) -> Any:
+    """A constructor argument from its `Layer.get_config` value."""
+    if field.endswith("regularizer") and isinstance(value, dict):
+        return regularizers.get(value)
+    if field.endswith("activation") and isinstance(value, str):
+        return activations.deserialize(value)
+    if field.endswith("initializer") and isinstance(value, str):
+        return initializers.deserialize(value)
     return value
 
 
@@ -193,10 +189,17 @@ class Layer(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Layer:
-        """A layer from ``get_config()``'s output (regularizer configs become objects)."""
-        config = {k: regularizers.get(v) if k.endswith("regularizer") and isinstance(v, dict)
-                  else v for k, v in config.items()}
-        return cls(**config)
+        """A layer from ``get_config()``'s output.
+
+        Regularizer configs become objects; activation and initializer names that are not
+        Keras' (your functions) become the functions registered with
+        ``mf.saving.register_serializable`` or given in ``custom_objects`` (through
+        ``mf.saving.custom_object_scope``, as ``load_model`` does).
+
+        Raises:
+            ValueError: a regularizer, activation or initializer found nowhere.
+        """
+        return cls(**{k: _from_json(k, v) for k, v in config.items()})
 
 
 def as_tuple(value: Any, n: int, name: str) -> tuple[int, ...]:

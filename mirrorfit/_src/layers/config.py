@@ -1,8 +1,10 @@
 """Architectures as JSON: layer and model configs, as Keras' ``get_config``/``from_config``.
 
 `functional_config` describes a `FunctionalModule` or `SequentialModule` with plain JSON
-values (no pickling); `module_from_config` rebuilds it, finding custom layers through
-``custom_objects``. A rebuilt model has the same param tree, so saved weights load into it.
+values (no pickling); `module_from_config` rebuilds it, finding layer classes in the
+registry (`mirrorfit._src.utils.registry`: the built-in `LAYERS`, classes registered with
+``register_serializable``, and ``custom_objects``). A rebuilt model has the same param tree,
+so saved weights load into it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import jax
 from mirrorfit._src.layers import activations, base, functional, sequential
 from mirrorfit._src.layers.core import Activation
 from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.utils import registry
 
 FORMAT_VERSION = 1
 _TENSOR, _TUPLE = "__tensor__", "__tuple__"
 
 
 def serialize_layer(layer: Any, name: str) -> dict[str, Any]:
-    """``{"class_name", "config"}`` of one layer, saved under param-tree key ``name``.
+    """``{"module", "class_name", "config", "registered_name"}`` of one layer
+    (`registry.serialize`), saved under param-tree key ``name``.
 
     A plain function in a Sequential list is saved as an ``Activation`` when it is one of
     Keras' activations.
@@ -42,18 +46,19 @@ def serialize_layer(layer: Any, name: str) -> dict[str, Any]:
         raise ValueError(f"Layer {name!r} ({type(layer).__name__}) has no get_config(); subclass "
                          "mirrorfit.layers.Layer (or define get_config/from_config) to save the "
                          "architecture.")
-    return {"class_name": type(layer).__name__, "config": {**layer.get_config(), "name": name}}
+    spec = registry.serialize(layer)
+    return {**spec, "config": {**spec["config"], "name": name}}
 
 
 def deserialize_layer(spec: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Any:
     """The layer described by `serialize_layer`'s output.
 
     Raises:
-        ValueError: an unknown class name (give it in ``custom_objects``).
+        ValueError: an unknown class name (register the class, or give it in
+            ``custom_objects``).
     """
-    cls = base.layer_class(spec["class_name"], custom_objects)
-    from_config = getattr(cls, "from_config", None)
-    return from_config(spec["config"]) if from_config else cls(**spec["config"])
+    with registry.custom_object_scope(custom_objects):  # for configs inside the layer's
+        return base.LAYERS.deserialize(spec, custom_objects)
 
 
 def _tensor_spec(t: KerasTensor) -> dict[str, Any]:
@@ -145,7 +150,9 @@ def module_from_config(config: dict[str, Any], custom_objects: dict[str, Any] | 
 
     Args:
         config: `functional_config`'s output (after a JSON round trip or not).
-        custom_objects: ``{class_name: class}`` for layers not in ``mirrorfit.layers``.
+        custom_objects: ``{class_name: class}`` for layers not in ``mirrorfit.layers`` and
+            not registered with ``register_serializable``, and for the functions and
+            classes their configs name (activations, initializers, regularizers).
 
     Raises:
         ValueError: an unknown model or layer class.

@@ -1,4 +1,5 @@
-"""Keras initializer names (as ``keras.initializers.get``) mapped to ``jax.nn.initializers``.
+"""Keras initializer names (as ``keras.initializers.get``) mapped to ``jax.nn.initializers``,
+in the registry `INITIALIZERS`.
 
 Fans follow Keras' ``compute_fans``: the last axis is fan-out, the one before fan-in, and the
 others multiply both (a receptive field), which is Flax's ``in_axis=-2, out_axis=-1``.
@@ -11,9 +12,14 @@ from typing import Any
 
 import jax
 
+from mirrorfit._src.utils import registry
+
 Initializer = Callable[..., jax.Array]
 
-_INITIALIZERS: dict[str, Initializer] = {
+INITIALIZERS = registry.Registry("initializer")
+"""Keras' initializer names -> ``(key, shape, dtype) -> array`` functions; saved by name."""
+
+for _name, _fn in {
     "glorot_uniform": jax.nn.initializers.glorot_uniform(),
     "glorot_normal": jax.nn.initializers.glorot_normal(),
     "he_uniform": jax.nn.initializers.he_uniform(),
@@ -30,30 +36,52 @@ _INITIALIZERS: dict[str, Initializer] = {
         key, shape, dtype, minval=-0.05, maxval=0.05),
     "random_normal": jax.nn.initializers.normal(0.05),
     "truncated_normal": jax.nn.initializers.truncated_normal(0.05),
-}
+}.items():
+    INITIALIZERS.register(_fn, name=_name)
 
 
 def get(identifier: str | Initializer) -> Initializer:
     """The initializer for a Keras name or a ``(key, shape, dtype) -> array`` callable.
 
+    Args:
+        identifier: a callable (returned as is) or a name: Keras' (any case), or one of
+            your functions registered with ``mf.saving.register_serializable`` or given in
+            ``custom_objects`` (within ``mf.saving.custom_object_scope``).
+
     Raises:
-        ValueError: ``identifier`` names no Keras initializer.
+        ValueError: ``identifier`` names no initializer.
     """
     if callable(identifier):
         return identifier
-    if isinstance(identifier, str) and identifier in _INITIALIZERS:
-        return _INITIALIZERS[identifier]
-    raise ValueError(f"initializer must be one of {sorted(_INITIALIZERS)} or a callable "
-                     f"(key, shape, dtype). Received: initializer={identifier!r}")
+    found = INITIALIZERS.get(identifier) if isinstance(identifier, str) else None
+    if found is None:
+        raise ValueError(f"initializer must be one of {INITIALIZERS.names()} or a callable "
+                         f"(key, shape, dtype). Received: initializer={identifier!r}")
+    return found
 
 
 def serialize(identifier: Any) -> Any:
-    """JSON form of an initializer argument (Keras names only).
+    """JSON form of an initializer argument: a name (Keras', or the registered name of a
+    function registered with ``mf.saving.register_serializable``).
 
     Raises:
-        ValueError: a callable initializer, which has no JSON form.
+        ValueError: a callable that is neither Keras' nor registered, which has no JSON form.
     """
     if isinstance(identifier, str):
         return identifier
-    raise ValueError("Only initializers given by Keras name can be saved in a config. "
-                     f"Received: initializer={identifier!r}")
+    name = INITIALIZERS.name_of(identifier)
+    if name is None:
+        raise ValueError("Only initializers given by Keras name, or functions registered "
+                         "with mf.saving.register_serializable, can be saved in a config. "
+                         f"Received: initializer={identifier!r}")
+    return name
+
+
+def deserialize(name: str) -> str | Initializer:
+    """A saved initializer name as a layer argument: Keras' names stay names, and other
+    names become the function `get` finds (yours, registered or in ``custom_objects``).
+
+    Raises:
+        ValueError: ``name`` names no initializer.
+    """
+    return name if INITIALIZERS.built_in(name) is not None else get(name)

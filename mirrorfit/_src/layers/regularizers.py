@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from mirrorfit._src.utils import registry
+
 
 def _sum_over(weights: Any, fn) -> jax.Array:
     leaves = jax.tree.leaves(weights)
@@ -81,35 +83,56 @@ class L1L2(Regularizer):
         return self.l1 * _sum_over(x, jnp.abs) + self.l2 * _sum_over(x, jnp.square)
 
 
-_BY_NAME = {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(0.01, 0.01)}
-_CLASSES = {"L1": L1, "L2": L2, "L1L2": L1L2}
+def _l1_l2(l1: float = 0.01, l2: float = 0.01) -> L1L2:
+    """tf.keras' ``regularizers.l1_l2``: `L1L2` with both factors 0.01 by default."""
+    return L1L2(l1, l2)
+
+
+REGULARIZERS = registry.Registry("regularizer", "mirrorfit.regularizers")
+"""Keras' regularizer names -> class (``"l1_l2"``: `_l1_l2`); lookups ignore case."""
+REGULARIZERS.register(L1)
+REGULARIZERS.register(L2)
+REGULARIZERS.register(L1L2)
+REGULARIZERS.register(_l1_l2, name="l1_l2")
 
 
 def get(identifier: Any) -> Any:
     """A regularizer from ``None``, a Keras name, a `serialize` dict or a callable.
 
+    Args:
+        identifier: ``None`` or a callable (returned as is), a name (``"l1"``, ``"l2"``,
+            ``"l1_l2"``, any case, or the registered name of your class), or a config dict
+            (your classes from ``mf.saving.register_serializable`` or ``custom_objects``).
+
     Raises:
         ValueError: for an unknown name or config.
+
+    Example:
+        >>> mf.regularizers.get("l2")
+        L2(l2=0.01)
     """
     if identifier is None or callable(identifier):
         return identifier
-    if isinstance(identifier, str) and identifier in _BY_NAME:
-        return _BY_NAME[identifier]()
-    if isinstance(identifier, dict) and identifier.get("class_name") in _CLASSES:
-        return _CLASSES[identifier["class_name"]].from_config(identifier.get("config", {}))
-    raise ValueError(f"regularizer must be None, one of {sorted(_BY_NAME)}, a config dict "
-                     f"or a callable. Received: regularizer={identifier!r}")
+    if isinstance(identifier, dict):
+        return REGULARIZERS.deserialize(identifier)
+    found = REGULARIZERS.get(identifier) if isinstance(identifier, str) else None
+    if found is None:
+        raise ValueError(f"regularizer must be None, one of {REGULARIZERS.names()}, a config "
+                         f"dict or a callable. Received: regularizer={identifier!r}")
+    return found()
 
 
 def serialize(regularizer: Any) -> Any:
-    """``{"class_name": ..., "config": ...}`` for a regularizer (names and None pass through).
+    """``{"module", "class_name", "config", "registered_name"}`` for a `Regularizer`; names
+    and None pass through.
 
     Raises:
-        ValueError: for a callable that is not `L1`, `L2` or `L1L2`.
+        ValueError: for a callable that is not a `Regularizer` (it has no config).
     """
     if regularizer is None or isinstance(regularizer, str):
         return regularizer
-    if type(regularizer).__name__ in _CLASSES:
-        return {"class_name": type(regularizer).__name__, "config": regularizer.get_config()}
-    raise ValueError("Only L1, L2 and L1L2 regularizers (or their names) can be saved in a "
-                     f"config. Received: regularizer={regularizer!r}")
+    if isinstance(regularizer, Regularizer):
+        return registry.serialize(regularizer)
+    raise ValueError("Only mf.regularizers.Regularizer objects (L1, L2, L1L2 or your subclass "
+                     "with get_config) or their names can be saved in a config. Received: "
+                     f"regularizer={regularizer!r}")

@@ -1,9 +1,10 @@
 """The metric registry: Keras' metric names and aliases, and ``get`` for ``compile(metrics=...)``.
 
 The metrics live in `metric` (the base), `reduction_metrics`, `accuracy_metrics`,
-`regression_metrics`, `confusion_metrics`, `f_score_metrics` and `iou_metrics`. Names
-resolve as in Keras 3 (``keras.metrics.ALL_OBJECTS_DICT`` plus ``compile``'s handling of
-``"accuracy"``/``"acc"``), ignoring case; the metric is logged under the string as written.
+`regression_metrics`, `confusion_metrics`, `f_score_metrics` and `iou_metrics`; `METRICS`
+(a `mirrorfit._src.utils.registry.Registry`) names them. Names resolve as in Keras 3
+(``keras.metrics.ALL_OBJECTS_DICT`` plus ``compile``'s handling of ``"accuracy"``/``"acc"``),
+ignoring case; the metric is logged under the string as written.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from mirrorfit._src.metrics import iou_metrics as iou
 from mirrorfit._src.metrics import reduction_metrics as red
 from mirrorfit._src.metrics import regression_metrics as reg
 from mirrorfit._src.metrics.metric import Metric, MetricFn
+from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.naming import snake_case
 
-METRIC_CLASSES: tuple[type[Metric], ...] = (
+METRICS = registry.Registry("metric", "mirrorfit.metrics")
+"""Keras' metric names -> class (Keras 3's ``keras.metrics.ALL_OBJECTS`` that mirrorfit has);
+lookups ignore case."""
+
+for _cls in (
     red.Mean, red.Sum, red.MeanMetricWrapper,
     reg.MeanSquaredError, reg.RootMeanSquaredError, reg.MeanAbsoluteError,
     reg.MeanAbsolutePercentageError, reg.MeanSquaredLogarithmicError, reg.CosineSimilarity,
@@ -33,47 +39,41 @@ METRIC_CLASSES: tuple[type[Metric], ...] = (
     acc.TopKCategoricalAccuracy, acc.SparseTopKCategoricalAccuracy,
     fs.F1Score, fs.FBetaScore,
     iou.IoU, iou.MeanIoU, iou.OneHotIoU, iou.OneHotMeanIoU,
-)
-"""Every built-in metric class (Keras 3's ``keras.metrics.ALL_OBJECTS`` that mirrorfit has)."""
+):
+    METRICS.register(_cls, aliases=(snake_case(_cls.__name__),))
+METRICS.register(reg.BinaryCrossentropy, aliases=("bce",))
+METRICS.register(reg.MeanSquaredError, aliases=("mse",))
+METRICS.register(reg.MeanAbsoluteError, aliases=("mae",))
+METRICS.register(reg.MeanAbsolutePercentageError, aliases=("mape",))
+METRICS.register(reg.MeanSquaredLogarithmicError, aliases=("msle",))
+# Keras' compile resolves these from the shapes of labels and outputs; registered last, so
+# "Accuracy" in any case means this metric, as in Keras' compile.
+METRICS.register(acc.InferredAccuracy, aliases=("accuracy", "acc"))
 
-ALIASES: dict[str, type[Metric]] = {
-    **{cls.__name__: cls for cls in METRIC_CLASSES},
-    **{snake_case(cls.__name__): cls for cls in METRIC_CLASSES},
-    "bce": reg.BinaryCrossentropy, "mse": reg.MeanSquaredError, "mae": reg.MeanAbsoluteError,
-    "mape": reg.MeanAbsolutePercentageError, "msle": reg.MeanSquaredLogarithmicError,
-    # Keras' compile resolves these from the shapes of labels and outputs.
-    "accuracy": acc.InferredAccuracy, "acc": acc.InferredAccuracy,
-}
-"""Keras' metric names -> class; ``get`` ignores case."""
-
-_BY_LOWER_NAME = {name.lower(): cls for name, cls in ALIASES.items()}
 _VALUE_METRICS = (red.Mean, red.Sum)
 
 
 def serialize(metric: Metric) -> dict[str, Any]:
-    """``{"class_name": ..., "config": metric.get_config()}``, as ``keras.metrics.serialize``.
+    """``{"module", "class_name", "config", "registered_name"}``, as
+    ``keras.metrics.serialize``.
 
     Raises:
-        TypeError: if ``metric`` is not a built-in metric object.
+        TypeError: if ``metric`` is not a `Metric` object.
     """
-    if type(metric) not in METRIC_CLASSES and type(metric) is not acc.InferredAccuracy:
-        raise TypeError("serialize takes a built-in mf.metrics object (e.g. "
+    if not isinstance(metric, Metric):
+        raise TypeError("serialize takes a mf.metrics.Metric object (e.g. "
                         f"mf.metrics.AUC(curve='PR')). Received: metric={metric!r}")
-    return {"class_name": type(metric).__name__, "config": metric.get_config()}
+    return registry.serialize(metric)
 
 
-def deserialize(config: dict[str, Any]) -> Metric:
-    """The metric that `serialize` described.
+def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Metric:
+    """The metric that `serialize` described; your classes come from
+    ``@mf.saving.register_serializable`` or ``custom_objects`` (``{class name: class}``).
 
     Raises:
-        ValueError: for an unknown ``class_name`` or a malformed dict.
+        ValueError: for an unknown class or a malformed dict.
     """
-    classes = {c.__name__: c for c in (*METRIC_CLASSES, acc.InferredAccuracy)}
-    cls = classes.get(config.get("class_name", "")) if isinstance(config, dict) else None
-    if cls is None:
-        raise ValueError("A metric config must be {'class_name': <a mf.metrics class name>, "
-                         f"'config': {{...}}}}. Received: metrics={config!r}")
-    return cls.from_config(config.get("config", {}))
+    return METRICS.deserialize(config, custom_objects)
 
 
 def get(identifier: str | Metric | MetricFn | dict[str, Any]) -> Metric:
@@ -81,7 +81,8 @@ def get(identifier: str | Metric | MetricFn | dict[str, Any]) -> Metric:
 
     Args:
         identifier: a ``Metric`` (returned as is), a Keras metric name (case-insensitive;
-            the metric is named with the string as written, so ``"acc"`` logs as ``acc``),
+            the metric is named with the string as written, so ``"acc"`` logs as ``acc``)
+            or the registered name of your metric (``mf.saving.register_serializable``),
             a `serialize` dict, or a callable ``fn(y_true, y_pred) -> [batch]`` (wrapped in
             ``MeanMetricWrapper`` and named ``fn.__name__``).
 
@@ -101,8 +102,7 @@ def get(identifier: str | Metric | MetricFn | dict[str, Any]) -> Metric:
     if isinstance(identifier, dict):
         identifier = deserialize(identifier)
     if isinstance(identifier, _VALUE_METRICS) or identifier in _VALUE_METRICS or (
-            isinstance(identifier, str)
-            and _BY_LOWER_NAME.get(identifier.lower()) in _VALUE_METRICS):
+            isinstance(identifier, str) and METRICS.get(identifier) in _VALUE_METRICS):
         raise ValueError(
             "Mean and Sum average or add values, not (y_true, y_pred): use them in custom "
             "loops (metric.update_state(values)), and in compile a metric of labels and "
@@ -110,12 +110,14 @@ def get(identifier: str | Metric | MetricFn | dict[str, Any]) -> Metric:
     if isinstance(identifier, Metric):
         return identifier
     if isinstance(identifier, str):
-        cls = _BY_LOWER_NAME.get(identifier.lower())
+        cls = METRICS.get(identifier)
+        if cls is not None and not isinstance(cls, type):  # a registered function
+            return get(cls)
         if cls is None:
             raise ValueError(
-                f"Unknown metric name. Expected one of {sorted(ALIASES)} (any case), a "
-                "mf.metrics.Metric or a callable fn(y_true, y_pred) -> [batch]. "
-                f"Received: metrics={identifier!r}")
+                f"Unknown metric name. Expected one of {METRICS.names()} (any case), a name "
+                "registered with mf.saving.register_serializable, a mf.metrics.Metric or a "
+                f"callable fn(y_true, y_pred) -> [batch]. Received: metrics={identifier!r}")
         try:
             return cls(name=identifier)
         except TypeError:

@@ -1,9 +1,10 @@
 """Dynamic loss scaling, as ``keras.optimizers.LossScaleOptimizer``.
 
-This module owns `LossScaleOptimizer`, an optax transformation that wraps another one, and
-its state `LossScaleState`. float16 gradients of small losses underflow to zero; multiplying
-the loss by a large scale (``scale_loss``) lifts them into range, and the optimizer divides
-the gradients by the same scale before the inner optimizer sees them. The scale adapts:
+This module owns `LossScaleOptimizer`, an optax transformation that wraps another one
+(registered in `OPTIMIZERS`, so saved configs rebuild it), and its state `LossScaleState`.
+float16 gradients of small losses underflow to zero; multiplying the loss by a large scale
+(``scale_loss``) lifts them into range, and the optimizer divides the gradients by the same
+scale before the inner optimizer sees them. The scale adapts:
 
 * a step with a non-finite gradient is skipped (params and inner state unchanged) and the
   scale halves;
@@ -62,6 +63,7 @@ def _non_finite_update(state: LossScaleState) -> LossScaleState:
                           step_counter=jnp.zeros_like(state.step_counter))
 
 
+@optimizers_lib.OPTIMIZERS.register(name="lossscaleoptimizer")
 class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
     """Wraps an optimizer with dynamic loss scaling, as ``keras.optimizers.LossScaleOptimizer``.
 
@@ -158,8 +160,7 @@ class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments, JSON-able, as ``keras.optimizers.LossScaleOptimizer``'s.
 
-        The inner optimizer is stored as ``{"class_name": ..., "config": ...}``
-        (`mirrorfit.optimizers.serialize`).
+        The inner optimizer is stored as `mirrorfit.optimizers.serialize` writes it.
 
         Raises:
             TypeError: if the inner optimizer has no config (a raw optax transformation, or a

@@ -1,9 +1,10 @@
 """Keras-named optimizers built from optax, with Keras 3 defaults, update rules and options.
 
-This module owns the optimizer classes that ``Model.compile(optimizer=...)`` accepts and
-the lookups ``get`` (names, configs, objects), ``serialize`` and ``deserialize``. Each
-optimizer is an `Optimizer` (an ``optax.GradientTransformation``) whose learning rate
-lives in ``opt_state.hyperparams["learning_rate"]``; every one takes Keras' options
+This module owns the optimizer classes that ``Model.compile(optimizer=...)`` accepts, their
+registry of names `OPTIMIZERS`, and the lookups ``get`` (names, configs, objects),
+``serialize`` and ``deserialize``. Each optimizer is an `Optimizer` (an
+``optax.GradientTransformation``) whose learning rate lives in
+``opt_state.hyperparams["learning_rate"]``; every one takes Keras' options
 (`OptimizerOptions`: clipping, weight decay, EMA, gradient accumulation).
 
 The rules use optax where optax computes Keras' formula (SGD, RMSprop with
@@ -26,6 +27,7 @@ from mirrorfit._src.optimizers.base import (
     OptimizerOptions,
     OptionsWithoutWeightDecay,
 )
+from mirrorfit._src.utils import registry
 
 
 def _adam_like(direction: optax.GradientTransformation):
@@ -333,16 +335,18 @@ class Ftrl(Optimizer):
         return cls._create(learning_rate, rule, hyperparams, options)
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {
-    cls.__name__.lower(): cls
-    for cls in (Adam, AdamW, SGD, RMSprop, Adagrad, Adadelta, Adamax, Nadam, Adafactor, Lion,
-                Lamb, Ftrl)
-}
-"""Keras' lower-case names (``"adam"``, ``"rmsprop"``, ...) of the optimizer classes."""
+OPTIMIZERS = registry.Registry("optimizer", "mirrorfit.optimizers")
+"""Keras' optimizer classes under Keras' lower-case names (``"adam"``, ``"rmsprop"``, ...),
+looked up in any case; `mirrorfit._src.optimizers.loss_scale` adds ``LossScaleOptimizer``."""
+
+for _cls in (Adam, AdamW, SGD, RMSprop, Adagrad, Adadelta, Adamax, Nadam, Adafactor, Lion, Lamb,
+             Ftrl):
+    OPTIMIZERS.register(_cls, name=_cls.__name__.lower())
 
 
 def serialize(optimizer: Any) -> dict[str, Any]:
-    """``{"class_name": ..., "config": ...}``, JSON-able, as ``keras.optimizers.serialize``.
+    """``{"module", "class_name", "config", "registered_name"}``, JSON-able, as
+    ``keras.optimizers.serialize``.
 
     Raises:
         TypeError: if ``optimizer`` is not an ``mf.optimizers`` optimizer.
@@ -352,27 +356,24 @@ def serialize(optimizer: Any) -> dict[str, Any]:
         raise TypeError(
             "serialize takes an mf.optimizers optimizer (e.g. mf.optimizers.Adam()); other optax "
             f"transformations have no config. Received: optimizer={optimizer!r}")
-    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+    return registry.serialize(optimizer)
 
 
-def deserialize(config: dict[str, Any]) -> Optimizer:
+def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None
+                ) -> Optimizer:
     """Rebuilds an optimizer from `serialize`'s output, as ``keras.optimizers.deserialize``.
 
     Args:
-        config: ``{"class_name": "Adam", "config": {...}}``; the class name is
-            case-insensitive and ``"config"`` may be omitted (Keras defaults). Other keys
-            Keras writes (``"module"``, ``"registered_name"``) are ignored.
+        config: ``{"class_name": "Adam", "config": {...}}`` (with ``"module"`` and
+            ``"registered_name"`` as `serialize` writes them); the class name of a built-in
+            is case-insensitive and ``"config"`` may be omitted (Keras defaults).
+        custom_objects: ``{class name: class}`` for your optimizer classes not registered
+            with ``mf.saving.register_serializable``.
 
     Raises:
         ValueError: for an unknown class name or invalid config values.
     """
-    class_name = config.get("class_name")
-    cls = OPTIMIZERS.get(class_name.lower()) if isinstance(class_name, str) else None
-    if cls is None:
-        raise ValueError(
-            f"Unknown optimizer class_name. Expected one of {sorted(OPTIMIZERS)} (any case), as "
-            f"in {{'class_name': 'Adam', 'config': {{...}}}}. Received: config={config!r}")
-    return cls.from_config(config.get("config") or {})
+    return OPTIMIZERS.deserialize(config, custom_objects)
 
 
 def get(identifier: Any) -> optax.GradientTransformation:
@@ -385,7 +386,8 @@ def get(identifier: Any) -> optax.GradientTransformation:
             - an ``optax.MultiSteps``, as its ``gradient_transformation()``;
             - a Keras optimizer name, case-insensitive: ``"adam"``, ``"adamw"``, ``"sgd"``,
               ``"rmsprop"``, ``"adagrad"``, ``"adadelta"``, ``"adamax"``, ``"nadam"``,
-              ``"adafactor"``, ``"lion"``, ``"lamb"``, ``"ftrl"`` (Keras 3 defaults);
+              ``"adafactor"``, ``"lion"``, ``"lamb"``, ``"ftrl"`` (Keras 3 defaults), or the
+              registered name of your optimizer class (``mf.saving.register_serializable``);
             - a config dict from `serialize`.
 
     Returns:
@@ -406,13 +408,19 @@ def get(identifier: Any) -> optax.GradientTransformation:
     if isinstance(identifier, optax.MultiSteps):
         return identifier.gradient_transformation()
     if isinstance(identifier, str):
-        cls = OPTIMIZERS.get(identifier.lower())
+        cls = OPTIMIZERS.get(identifier)
         if cls is None:
             raise ValueError(
-                f"Unknown optimizer name. Expected one of {sorted(OPTIMIZERS)} or an "
-                "optax.GradientTransformation (e.g. mf.optimizers.Adam(learning_rate=1e-4)). "
+                f"Unknown optimizer name. Expected one of {OPTIMIZERS.names()} (any case) or "
+                "an optax.GradientTransformation (e.g. mf.optimizers.Adam(learning_rate=1e-4)). "
                 f"Received: optimizer={identifier!r}")
-        return cls()  # pyright: ignore[reportCallIssue] - each class's __new__ has defaults
+        try:
+            return cls()
+        except TypeError:
+            raise ValueError(
+                f"The optimizer {cls.__name__} needs arguments: pass an object, e.g. "
+                f"optimizer=mf.optimizers.{cls.__name__}(...). Received: "
+                f"optimizer={identifier!r}") from None
     if isinstance(identifier, dict):
         return deserialize(identifier)
     hint = ""
