@@ -38,8 +38,10 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
         optimizer, loss, metrics: override the stored compile configuration. Needed only for
             objects that have no ``get_config`` (e.g. a raw optax transformation).
         compile: ``False`` loads the weights only, into an uncompiled model.
-        custom_objects: ``{class name: class}`` for the module and for custom losses,
-            metrics or optimizers stored by their ``get_config``.
+        custom_objects: ``{class name: class}`` for the module, and for your layers,
+            losses, metrics, optimizers, regularizers and activations stored by their
+            ``get_config`` (or name) that are not registered with
+            ``mf.saving.register_serializable``.
 
     Returns:
         A built `Model`, with the saved dtype policy, compiled as the saved one was

@@ -1,11 +1,12 @@
 """What ``Model.save`` stores besides arrays, as JSON: the compile configuration and the module.
 
-Never pickle: an object is stored as ``{"class_name": ..., "config": obj.get_config()}`` and
-rebuilt with ``cls.from_config(config)`` (or ``cls(**config)``), the class found among
-mirrorfit's losses, metrics and optimizers or in ``custom_objects``; a name (``"adam"``,
-``"mse"``) is stored as the name. An object without ``get_config`` (a raw optax
-transformation, a plain function) is listed under ``"unstored"`` and must be passed again to
-``load_model``.
+Never pickle: an object is stored as the registry writes it (`registry.serialize`:
+``{"module", "class_name", "config": obj.get_config(), "registered_name"}``) and rebuilt by
+the registry of its compile argument (`LOSSES`, `METRICS`, `OPTIMIZERS`), which finds the
+class among mirrorfit's, the classes registered with ``register_serializable``, or
+``custom_objects``; a name (``"adam"``, ``"mse"``) is stored as the name. An object without a
+JSON-able ``get_config`` (a raw optax transformation, a plain function) is listed under
+``"unstored"`` and must be passed again to ``load_model``.
 """
 
 from __future__ import annotations
@@ -17,37 +18,29 @@ from typing import Any
 
 from flax import linen as nn
 
-from mirrorfit._src.losses import losses as losses_lib
-from mirrorfit._src.metrics import metrics as metrics_lib
-from mirrorfit._src.optimizers import loss_scale
-from mirrorfit._src.optimizers import optimizers as optimizers_lib
-from mirrorfit._src.optimizers.base import Optimizer
+from mirrorfit._src.losses.losses import LOSSES
+from mirrorfit._src.metrics.metrics import METRICS
+from mirrorfit._src.optimizers import loss_scale  # noqa: F401  (registers LossScaleOptimizer)
+from mirrorfit._src.optimizers.optimizers import OPTIMIZERS
+from mirrorfit._src.utils import registry
 
 COMPILE_ARGS = ("optimizer", "loss", "metrics", "loss_weights", "weighted_metrics")
-
-
-def _object_config(obj: Any) -> dict[str, Any] | None:
-    """``{"class_name", "config"}`` of an object with a JSON-able ``get_config``, else None."""
-    get_config = getattr(obj, "get_config", None)
-    if get_config is None or isinstance(obj, type):
-        return None
-    try:
-        config = get_config()
-        json.dumps(config)
-    except (TypeError, ValueError):
-        return None
-    return {"class_name": type(obj).__name__, "config": config}
+_REGISTRIES = {"optimizer": OPTIMIZERS, "loss": LOSSES, "metrics": METRICS,
+               "weighted_metrics": METRICS}
+"""The registry that rebuilds the objects of each compile argument (loss weights are numbers)."""
 
 
 def _entry(value: Any) -> Any:
+    """A name as is; an object as `registry.serialize` writes it, or None when it has no
+    JSON-able config (a class, a function, a raw optax transformation, a schedule)."""
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, Optimizer):
-        try:
-            return optimizers_lib.serialize(value)
-        except TypeError:  # a schedule as learning rate
-            return None
-    return _object_config(value)
+    try:
+        stored = registry.serialize(value)
+        json.dumps(stored)
+    except (TypeError, ValueError):
+        return None
+    return stored
 
 
 def _encode(value: Any, entry: str, unstored: list) -> Any:
@@ -78,28 +71,18 @@ def serialize_compile(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return stored
 
 
-def _rebuild(entry: Any, namespace: Any, custom_objects: Mapping[str, Any]) -> Any:
-    if entry is None or isinstance(entry, str):
-        return entry
-    name = entry["class_name"]
-    cls = custom_objects.get(name) or getattr(namespace, name, None)
-    if not isinstance(cls, type):
-        raise ValueError(f"Unknown class {name!r} in the saved compile configuration: pass it "
-                         f"in custom_objects, e.g. custom_objects={{{name!r}: {name}}}. "
-                         f"Received: custom_objects={sorted(custom_objects)}")
-    from_config = getattr(cls, "from_config", None)
-    return from_config(entry["config"]) if from_config else cls(**entry["config"])
-
-
-def _decode(stored: Any, namespace: Any, custom_objects: Mapping[str, Any]) -> Any:
-    """Inverse of `_encode`."""
+def _decode(stored: Any, kind: registry.Registry | None,
+            custom_objects: Mapping[str, Any]) -> Any:
+    """Inverse of `_encode`: objects rebuilt by ``kind``'s registry (any registry for None)."""
     if isinstance(stored, dict) and "dict" in stored:
-        return {k: _decode(v, namespace, custom_objects) for k, v in stored["dict"].items()}
+        return {k: _decode(v, kind, custom_objects) for k, v in stored["dict"].items()}
     if isinstance(stored, list):
-        return [_decode(v, namespace, custom_objects) for v in stored]
-    if isinstance(stored, (int, float)):
+        return [_decode(v, kind, custom_objects) for v in stored]
+    if stored is None or isinstance(stored, (int, float, str)):
         return stored
-    return _rebuild(stored, namespace, custom_objects)
+    if kind is None:
+        return registry.deserialize(stored, custom_objects)
+    return kind.deserialize(stored, custom_objects)
 
 
 def deserialize_compile(stored: Mapping[str, Any], given: Mapping[str, Any],
@@ -118,21 +101,10 @@ def deserialize_compile(stored: Mapping[str, Any], given: Mapping[str, Any],
             f"were not stored (no pickle): {listed}. Pass them again: mf.load_model(path, "
             f"module, {', '.join(f'{n}=...' for n in names)}), or load the weights only with "
             f"compile=False. Received: {', '.join(f'{n}=None' for n in names)}")
-    optimizer = stored.get("optimizer")
-    if isinstance(optimizer, dict) and optimizer["class_name"] == "LossScaleOptimizer":
-        optimizer = _rebuild(optimizer, loss_scale, custom_objects)
-    elif isinstance(optimizer, dict) and optimizer["class_name"] not in custom_objects:
-        optimizer = optimizers_lib.get(optimizer)
-    else:
-        optimizer = _rebuild(optimizer, None, custom_objects)
-    args = {"optimizer": optimizer,
-            "loss": _decode(stored.get("loss"), losses_lib, custom_objects),
-            "metrics": _decode(stored.get("metrics"), metrics_lib, custom_objects),
-            "loss_weights": _decode(stored.get("loss_weights"), None, custom_objects),
-            "weighted_metrics": _decode(stored.get("weighted_metrics"), metrics_lib,
-                                        custom_objects)}
-    return {name: args[name] if given.get(name) is None else given[name]
-            for name in COMPILE_ARGS}
+    with registry.custom_object_scope(custom_objects):  # for configs inside configs
+        return {name: given[name] if given.get(name) is not None
+                else _decode(stored.get(name), _REGISTRIES.get(name), custom_objects)
+                for name in COMPILE_ARGS}
 
 
 def module_config(module: Any) -> dict[str, Any] | None:
