@@ -73,8 +73,9 @@ def get(identifier: str | Activation | None) -> Activation:
         if found is None:
             raise ValueError(
                 f"activation must be one of Keras' names {ACTIVATIONS.names()} or a callable; "
-                "register a function of yours with @mf.saving.register_serializable() to "
-                f"use it by name. Received: activation={identifier!r}")
+                "to use a function of yours by name, register it with "
+                "@mf.saving.register_serializable() or, when loading, pass it in "
+                f"custom_objects. Received: activation={identifier!r}")
         return found
     if callable(identifier):
         return identifier

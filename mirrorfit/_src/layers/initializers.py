@@ -56,7 +56,9 @@ def get(identifier: str | Initializer) -> Initializer:
     found = INITIALIZERS.get(identifier) if isinstance(identifier, str) else None
     if found is None:
         raise ValueError(f"initializer must be one of {INITIALIZERS.names()} or a callable "
-                         f"(key, shape, dtype). Received: initializer={identifier!r}")
+                         "(key, shape, dtype); to use a function of yours by name, register "
+                         "it with @mf.saving.register_serializable() or, when loading, pass "
+                         f"it in custom_objects. Received: initializer={identifier!r}")
     return found
 
 

@@ -349,10 +349,11 @@ def serialize(optimizer: Any) -> dict[str, Any]:
     ``keras.optimizers.serialize``.
 
     Raises:
-        TypeError: if ``optimizer`` is not an ``mf.optimizers`` optimizer.
+        TypeError: if ``optimizer`` is not an ``mf.optimizers`` optimizer (an `Optimizer`
+            or a ``LossScaleOptimizer``).
         TypeError: also if its learning rate is a schedule (see `Optimizer.get_config`).
     """
-    if not isinstance(optimizer, Optimizer):
+    if not (isinstance(optimizer, Optimizer) or OPTIMIZERS.is_built_in(type(optimizer))):
         raise TypeError(
             "serialize takes an mf.optimizers optimizer (e.g. mf.optimizers.Adam()); other optax "
             f"transformations have no config. Received: optimizer={optimizer!r}")
