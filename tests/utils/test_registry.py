@@ -71,7 +71,7 @@ def test_registry_finds_names_and_aliases_in_any_case(things):
     assert things.get("other") is Other
     assert things.get("unknown") is None
     assert things.names() == ["Other", "Thing", "t", "thing"]
-    assert things.classes() == things.objects() == (Thing, Other)
+    assert things.classes() == (Thing, Other)
     assert things.name_of(Thing) == "Thing" and things.name_of(NoFromConfig) is None
     assert things.is_built_in(Other) and not things.is_built_in(NoFromConfig)
 

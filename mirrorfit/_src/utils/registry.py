@@ -242,10 +242,6 @@ class Registry:
         """Every built-in name and alias, sorted, as registered."""
         return sorted(self._names)
 
-    def objects(self) -> tuple[Any, ...]:
-        """Every built-in object, in registration order."""
-        return tuple(self._primary)
-
     def classes(self) -> tuple[type, ...]:
         """Every built-in class, in registration order."""
         return tuple(obj for obj in self._primary if inspect.isclass(obj))
