@@ -142,7 +142,7 @@ def test_reloaded_model_has_the_same_compile_configuration(losses_and_metrics):
 
 @pytest.mark.parametrize("cls", LOSS_CLASSES, ids=_name)
 def test_every_registered_loss_reloads_with_its_config_and_value(cls, losses_and_metrics):
-    model, loaded, logs, loaded_logs = losses_and_metrics
+    _, loaded, logs, loaded_logs = losses_and_metrics
     _same_object_config(loaded.compile_config["loss"][_name(cls)], _new(cls))
     key = f"{_name(cls)}_loss"
     assert np.isfinite(logs[key])

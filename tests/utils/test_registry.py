@@ -85,7 +85,7 @@ def test_registry_alias_registered_later_takes_over_a_name_but_not_a_class_name(
 
 
 def test_registry_refuses_two_classes_of_one_name(things):
-    class Thing:  # noqa: F811  (another class of the same __name__)
+    class Thing:  # another class of the same __name__
         get_config = dict
 
     with pytest.raises(ValueError, match="Two thing classes are named 'Thing'"):

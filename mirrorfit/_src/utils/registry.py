@@ -31,9 +31,9 @@ import contextvars
 import inspect
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar, overload
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Callable[..., Any])  # a class or a function
 
 _CUSTOM_OBJECTS: dict[str, Any] = {}
 """``"package>Name"`` -> the user's class or function (`register_serializable`)."""
@@ -80,17 +80,20 @@ def register_serializable(package: str = "Custom", name: str | None = None
                          f"is 'package>name'). Received: package={package!r}")
 
     def decorator(obj: T) -> T:
-        if inspect.isclass(obj) and not hasattr(obj, "get_config"):
-            raise ValueError(
-                "register_serializable registers classes that save their constructor arguments: "
-                f"define get_config() on {obj.__name__} (and from_config, unless the class "
-                f"takes get_config()'s keys as arguments). Received: {obj!r}")
-        registered_name = f"{package}>{name or obj.__name__}"
-        _CUSTOM_OBJECTS[registered_name] = obj
-        _CUSTOM_NAMES[obj] = registered_name
+        _register_user_object(obj, f"{package}>{name or obj.__name__}")
         return obj
 
     return decorator
+
+
+def _register_user_object(obj: Any, registered_name: str) -> None:
+    if inspect.isclass(obj) and not hasattr(obj, "get_config"):
+        raise ValueError(
+            "register_serializable registers classes that save their constructor arguments: "
+            f"define get_config() on {obj.__name__} (and from_config, unless the class "
+            f"takes get_config()'s keys as arguments). Received: {obj!r}")
+    _CUSTOM_OBJECTS[registered_name] = obj
+    _CUSTOM_NAMES[obj] = registered_name
 
 
 def get_registered_name(obj: Any) -> str:
@@ -148,11 +151,11 @@ class CustomObjectScope:
         self.custom_objects = dict(custom_objects or {})
         self._tokens: list[contextvars.Token] = []
 
-    def __enter__(self) -> CustomObjectScope:
+    def __enter__(self) -> Self:
         self._tokens.append(_SCOPE.set(MappingProxyType({**_SCOPE.get(), **self.custom_objects})))
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         _SCOPE.reset(self._tokens.pop())
 
 
@@ -194,7 +197,15 @@ class Registry:
         if module is not None:
             _BY_MODULE[module] = self
 
-    def register(self, obj: T | None = None, *, name: str | None = None,
+    @overload
+    def register(self, obj: T, *, name: str | None = None,
+                 aliases: tuple[str, ...] = ()) -> T: ...
+
+    @overload
+    def register(self, obj: None = None, *, name: str | None = None,
+                 aliases: tuple[str, ...] = ()) -> Callable[[T], T]: ...
+
+    def register(self, obj: Any = None, *, name: str | None = None,
                  aliases: tuple[str, ...] = ()) -> Any:
         """Registers a built-in class or function under ``name`` and ``aliases``.
 
@@ -214,19 +225,21 @@ class Registry:
         """
 
         def add(target: T) -> T:
-            names = (name or target.__name__, *aliases)
-            if inspect.isclass(target):
-                known = self._classes.setdefault(target.__name__, target)
-                if known is not target:
-                    raise ValueError(f"Two {self.noun} classes are named {target.__name__!r}: "
-                                     f"{known!r} is registered. Received: {target!r}")
-            self._primary.setdefault(target, names[0])
-            for n in names:
-                self._names[n] = target
-                self._lower[n.lower()] = target
+            self._add(target, (name or target.__name__, *aliases))
             return target
 
         return add if obj is None else add(obj)
+
+    def _add(self, obj: Any, names: tuple[str, ...]) -> None:
+        if inspect.isclass(obj):
+            known = self._classes.setdefault(obj.__name__, obj)
+            if known is not obj:
+                raise ValueError(f"Two {self.noun} classes are named {obj.__name__!r}: "
+                                 f"{known!r} is registered. Received: {obj!r}")
+        self._primary.setdefault(obj, names[0])
+        for n in names:
+            self._names[n] = obj
+            self._lower[n.lower()] = obj
 
     def built_in(self, name: str) -> Any | None:
         """The built-in object called ``name`` (any case), or ``None``."""
