@@ -8,7 +8,8 @@
   ``global_batch / num_replicas_in_sync`` rows) and `DeviceMesh.fetch` (back to NumPy);
 * compiling a per-replica function: `DeviceMesh.compile_replica_fn` maps it over the mesh
   with ``jax.shard_map`` inside ``jax.jit`` (plain ``jax.jit`` when there is one replica);
-* the cross-process consistency check (`check_same_across_processes`).
+* the cross-process consistency check (`check_same_across_processes`) and the chief's
+  decisions shared with every process (`from_chief`).
 
 `InFlight` is the one dispatch bound every loop uses: at most two device calls with
 collectives are queued. This module imports nothing else from mirrorfit; every other layer
@@ -331,6 +332,22 @@ def check_same_across_processes(fields: Mapping[str, Any]) -> None:
             "the same global batches, but they differ in:\n  " + "\n  ".join(lines) +
             "\nStart every process with the same script arguments. Received: the settings above")
 
+
+def from_chief(value: int) -> int:
+    """Process 0's ``value`` on every process (all processes call it); a no-op in a single
+    process.
+
+    One small broadcast, for a decision only the chief takes (a checkpoint number, whether
+    to stop) that every process must follow.
+
+    Args:
+        value: an int that fits in int32 (a bool is passed as 0 or 1).
+    """
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 def _digest(value: Any) -> int:
     return int.from_bytes(hashlib.sha256(repr(value).encode()).digest()[:4], "little",

@@ -38,6 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from mirrorfit._src.distribute.mesh import from_chief
 from mirrorfit._src.saving.checkpoint_files import (
     TMP_SUFFIX,
     VERSION_NAME,
@@ -189,7 +190,7 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
             for stale in filter(is_partial, root.iterdir()):  # left by a crash mid-save
                 shutil.rmtree(stale, ignore_errors=True)
             number = _next_number(root)
-        number = _from_chief(number)
+        number = from_chief(number)
         target = root / f"ckpt-{number}"
         with _checkpointer() as checkpointer:
             checkpointer.save(target, args=ocp.args.Composite(
@@ -213,17 +214,8 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
     if chief:
         for old in versions(root)[keep:]:
             shutil.rmtree(old, ignore_errors=True)
-    _from_chief(number)  # nobody reads the directory while the chief still deletes
+    from_chief(number)  # nobody reads the directory while the chief still deletes
     return target
-
-
-def _from_chief(value: int) -> int:
-    """Process 0's ``value`` on every process (a no-op with one process)."""
-    if jax.process_count() == 1:
-        return value
-    from jax.experimental import multihost_utils
-
-    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 
 # -- loading --------------------------------------------------------------------------------
