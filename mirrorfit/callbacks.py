@@ -9,6 +9,9 @@ from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLR
 from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
 from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
 from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
+from mirrorfit._src.callbacks.optuna_pruning import (
+    OptunaPruningCallback as OptunaPruningCallback,
+)
 from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
 from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
@@ -22,6 +25,7 @@ __all__ = [
     "LambdaCallback",
     "LearningRateScheduler",
     "ModelCheckpoint",
+    "OptunaPruningCallback",
     "ProgbarLogger",
     "ReduceLROnPlateau",
     "TensorBoard",
