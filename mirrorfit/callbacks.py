@@ -12,6 +12,7 @@ from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
 from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
 from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
+from mirrorfit._src.callbacks.throughput import ThroughputMonitor as ThroughputMonitor
 
 __all__ = [
     "BackupAndRestore",
@@ -26,4 +27,5 @@ __all__ = [
     "ReduceLROnPlateau",
     "TensorBoard",
     "TerminateOnNaN",
+    "ThroughputMonitor",
 ]
