@@ -15,6 +15,7 @@ from mirrorfit._src.callbacks.optuna_pruning import (
 from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
 from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
+from mirrorfit._src.callbacks.throughput import ThroughputMonitor as ThroughputMonitor
 
 __all__ = [
     "BackupAndRestore",
@@ -30,4 +31,5 @@ __all__ = [
     "ReduceLROnPlateau",
     "TensorBoard",
     "TerminateOnNaN",
+    "ThroughputMonitor",
 ]

@@ -9,15 +9,12 @@ the callback under test, so each scenario is exact and fast.
 import csv
 import math
 import re
-import struct
 
 import flax.linen as nn
 import jax
 import numpy as np
 import optax
 import pytest
-from tensorboardX.proto import event_pb2
-from tensorboardX.record_writer import masked_crc32c
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
@@ -216,48 +213,6 @@ def test_csv_logger_writes_every_epoch_and_appends(model, tmp_path):
     for row, epoch in zip(rows[1:3], range(2)):
         assert float(row[2]) == history.history["loss"][epoch]
         assert float(row[4]) == history.history["val_loss"][epoch]
-
-
-def _read_events(directory):
-    """Scalars of every event file under ``directory``: {tag: [(step, value)]}.
-
-    TFRecord framing: uint64 length, uint32 masked CRC32C of the length, the record, uint32
-    masked CRC32C of the record (little endian). Each record is an ``Event`` proto.
-    """
-    scalars = {}
-    files = sorted(directory.glob("events.out.tfevents.*"))
-    assert files, f"no event file in {directory}"
-    for path in files:
-        data = path.read_bytes()
-        offset = 0
-        while offset < len(data):
-            header = data[offset:offset + 8]
-            (length,) = struct.unpack("<Q", header)
-            (length_crc,) = struct.unpack("<I", data[offset + 8:offset + 12])
-            assert length_crc == masked_crc32c(header)
-            record = data[offset + 12:offset + 12 + length]
-            (record_crc,) = struct.unpack("<I", data[offset + 12 + length:offset + 16 + length])
-            assert record_crc == masked_crc32c(record)
-            offset += 16 + length
-            event = event_pb2.Event.FromString(record)
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
-
-
-def test_tensorboard_event_files_hold_the_logged_values(model, tmp_path):
-    board = mf.callbacks.TensorBoard(tmp_path, update_freq=2)
-    history = _fit(model, [board], 2, validation_data=_data(24))
-    train, val = _read_events(tmp_path / "train"), _read_events(tmp_path / "validation")
-    for tag, logs, key in (("epoch_loss", train, "loss"), ("epoch_accuracy", train, "accuracy"),
-                           ("epoch_loss", val, "val_loss"),
-                           ("epoch_accuracy", val, "val_accuracy")):
-        assert [s for s, _ in logs[tag]] == [0, 1]
-        np.testing.assert_array_equal([v for _, v in logs[tag]],
-                                      np.float32(history.history[key]))  # float32 protos
-    # Every 2 steps (10 steps in all), at the global step; batch loss is the running mean.
-    assert [s for s, _ in train["batch_loss"]] == [2, 4, 6, 8, 10]
-    assert train["batch_loss"][-1][1] == np.float32(history.history["loss"][1])
 
 
 def test_lambda_callback_calls_each_given_hook(model):

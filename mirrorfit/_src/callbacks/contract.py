@@ -2,9 +2,10 @@
 
 The trainer (`mirrorfit._src.trainers.trainer.Trainer`) sits above the callbacks and
 implements `TrainingLoop`; a callback reaches it as ``self.model.trainer`` and uses nothing
-else of it. Through it a callback reads where ``fit`` is (`Progress`) and what it trains on
-and with (``fingerprints``, ``epoch_order``), and makes ``fit`` continue mid-epoch
-(`ResumePoint`), as `mirrorfit.callbacks.BackupAndRestore` does. The model's side is
+else of it. Through it a callback reads where ``fit`` is (`Progress`), what it trains on
+and with (``fingerprints``, ``epoch_order``) and what one train step costs (`StepCost`),
+and makes ``fit`` continue mid-epoch (`ResumePoint`), as
+`mirrorfit.callbacks.BackupAndRestore` does. The model's side is
 ``Model.assign_state`` (its training state) and ``Model.save_checkpoint``.
 """
 
@@ -35,15 +36,29 @@ class ResumePoint(NamedTuple):
     #                  float32 [size]) -> the restored ones; None: start from zeros
 
 
+class StepCost(NamedTuple):
+    """What one train step of the running ``fit`` processes and computes;
+    `TrainingLoop.train_step_cost`, read by `mirrorfit.callbacks.ThroughputMonitor`."""
+
+    global_batch_size: int  # rows of one train step over all replicas: the global batch,
+    #                         padded up to a multiple of the replica count
+    flops: float | None  # floating-point operations of one train step over all replicas,
+    #                      XLA's cost-analysis estimate; None where the backend gives none
+
+
 class TrainingLoop(Protocol):
     """The trainer as callbacks see it (``model.trainer``).
 
     Attributes:
         progress: `Progress` after the newest train step of ``fit``, set before each
             ``on_train_batch_end``; ``None`` outside ``fit``.
+        steps_per_execution: train steps in one device call, so in one
+            ``on_train_batch_begin``/``on_train_batch_end`` pair (``compile``'s
+            ``steps_per_execution``).
     """
 
     progress: Progress | None
+    steps_per_execution: int
 
     def resume_from(self, point: ResumePoint) -> None:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
@@ -61,4 +76,13 @@ class TrainingLoop(Protocol):
     def epoch_order(self, epoch: int) -> np.ndarray | None:
         """int ``[num_examples]``: the order of the training rows in ``epoch`` of the running
         ``fit``; ``None`` when they are taken in order, or the input has no fixed order."""
+        ...
+
+    def train_step_cost(self) -> StepCost:
+        """`StepCost` of one train step of the running ``fit``, from the compiled step.
+
+        Call it in ``fit`` after the first train call has returned (``on_train_batch_end``
+        or later); it reuses the compiled step, so it does not compile again. Calls cost a
+        lowering each: call it once per ``fit``.
+        """
         ...

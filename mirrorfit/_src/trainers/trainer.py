@@ -46,14 +46,14 @@ from mirrorfit._src.callbacks.callback import (
     LazyLogs,
     checked_callbacks,
 )
-from mirrorfit._src.callbacks.contract import Progress, ResumePoint, TrainingLoop
+from mirrorfit._src.callbacks.contract import Progress, ResumePoint, StepCost, TrainingLoop
 from mirrorfit._src.callbacks.progbar import ProgbarLogger
 from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.optimizers.options import finalize_variable_values
-from mirrorfit._src.trainers import fingerprint
+from mirrorfit._src.trainers import fingerprint, step_cost
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -99,6 +99,7 @@ class Trainer(TrainingLoop):
         self.train_data: DataAdapter | None = None
         self.train_fn: Callable | None = None
         self.prefetch = True
+        self._train_shapes: Any = None  # `step_cost.shapes_of` train_fn's newest arguments
         self._resume_point: ResumePoint | None = None
         # Per step kind ("train", "eval"): the statistics layout and its zero vector. The two
         # differ only for a model that overrides train_step or test_step.
@@ -140,6 +141,21 @@ class Trainer(TrainingLoop):
     def epoch_order(self, epoch: int) -> np.ndarray | None:
         """The running ``fit`` 's row order in ``epoch`` (``None``: in order, or no fixed order)."""
         return None if self.train_data is None else self.train_data.epoch_order(epoch)
+
+    def train_step_cost(self) -> StepCost:
+        """`StepCost` of one train step of the running ``fit``, from the compiled step
+        (`mirrorfit._src.trainers.step_cost`); call it after the first train call.
+
+        Raises:
+            RuntimeError: before any train step of ``fit`` has been compiled.
+        """
+        if self.train_fn is None or self._train_shapes is None or self.config is None:
+            raise RuntimeError("train_step_cost() reads the compiled train step: call it in "
+                               "fit after the first train step (on_train_batch_end or later). "
+                               "Received: a call before any train step was compiled")
+        single = (self.config.family.train_step(self.config) if self.steps_per_execution > 1
+                  else None)
+        return step_cost.step_cost(self.strategy, self.train_fn, self._train_shapes, single)
 
     def callback_list(self, model, callbacks: Sequence[Callback] | None, *, verbose: int,
                       steps: int | None, epochs: int = 1, history: History | None = None
@@ -287,6 +303,7 @@ class Trainer(TrainingLoop):
         assert self._train_step is not None  # set by configure (compile)
         train_fn = self.train_fn = self._compiled_step(
             self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
+        self._train_shapes = step_cost.shapes_of((model.state, statistics, batch))
         if resume is not None and resume.restore_statistics is not None:
             statistics = self.strategy.replicate_arrays(
                 resume.restore_statistics(self._layouts["train"][1]))
