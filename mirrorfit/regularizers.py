@@ -9,7 +9,10 @@ from mirrorfit._src.layers.regularizers import serialize as serialize
 
 # Keras' lower-case aliases (keras.regularizers.l1 is the L1 class).
 l1 = L1
+"""Keras' lower-case name of `L1` (``keras.regularizers.l1``): ``l1(0.01)`` is ``L1(0.01)``."""
 l2 = L2
+"""Keras' lower-case name of `L2` (``keras.regularizers.l2``): ``l2(0.01)`` is ``L2(0.01)``."""
 l1_l2 = L1L2
+"""Keras' lower-case name of `L1L2` (``keras.regularizers.l1_l2``): ``l1_l2(l1=0.01, l2=0.01)``."""
 
 __all__ = ["L1", "L1L2", "L2", "Regularizer", "get", "l1", "l1_l2", "l2", "serialize"]

@@ -1,4 +1,4 @@
-"""The layering the README's "Architecture" section states holds in the code.
+"""The layering that docs/architecture.md ("Packages and levels") states holds in the code.
 
 ``mirrorfit/_src`` holds one package per concept and nothing else. Each package sits on a
 level, and a package imports only packages on lower levels. Imports form no cycle, none
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "mirrorfit"
 SRC = ROOT / "_src"
-# The README's table, bottom to top: a package imports only packages of a lower level.
+# docs/architecture.md's table, bottom to top: a package imports only packages of a lower level.
 LEVELS = {
     "utils": 1,
     "distribute": 2, "layers": 2, "losses": 2, "optimizers": 2,

@@ -128,7 +128,7 @@ class TrainingAPI:
             x: inputs ``[num_examples, ...]`` (array, pandas, dict or tuple of arrays), or a
                 source of global batches ``(x, y)`` / ``(x, y, sample_weight)``: a generator
                 or iterable, `mirrorfit.utils.PyDataset`, ``tf.data``, grain or torch
-                ``DataLoader`` (README "Feeding data").
+                ``DataLoader`` (guide: "Feeding data").
             y: targets ``[num_examples, ...]``; ``None`` when ``x`` yields batches.
             batch_size: the **global** batch (rows per step over all replicas); default 32.
                 A size that does not divide by the replica count is padded and masked.

@@ -160,6 +160,7 @@ class CustomObjectScope:
 
 
 custom_object_scope = CustomObjectScope
+"""Keras' lower-case name of `CustomObjectScope` (``keras.saving.custom_object_scope``)."""
 
 
 def _instantiate(cls: Any, config: Mapping[str, Any]) -> Any:
@@ -335,7 +336,7 @@ def serialize(obj: Any) -> dict[str, Any]:
 
     Raises:
         TypeError: ``obj`` has no ``get_config`` method.
-        Whatever ``obj.get_config()`` raises (e.g. an optimizer with a schedule).
+        Exception: whatever ``obj.get_config()`` raises (e.g. an optimizer with a schedule).
 
     Example:
         >>> config = serialize(mf.losses.Huber(delta=2.0))
