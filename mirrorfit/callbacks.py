@@ -9,9 +9,11 @@ from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLR
 from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
 from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
 from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
+from mirrorfit._src.callbacks.mlflow_logger import MLflowLogger as MLflowLogger
 from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
 from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
+from mirrorfit._src.callbacks.wandb_logger import WandbLogger as WandbLogger
 
 __all__ = [
     "BackupAndRestore",
@@ -21,9 +23,11 @@ __all__ = [
     "History",
     "LambdaCallback",
     "LearningRateScheduler",
+    "MLflowLogger",
     "ModelCheckpoint",
     "ProgbarLogger",
     "ReduceLROnPlateau",
     "TensorBoard",
     "TerminateOnNaN",
+    "WandbLogger",
 ]
