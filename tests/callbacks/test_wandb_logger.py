@@ -12,7 +12,7 @@ import wandb
 import mirrorfit as mf
 from mirrorfit._src.callbacks import experiment_logger
 from tests.callbacks import tracking_helpers as th
-from tests.callbacks.wandb_records import read_records
+from tests.callbacks.wandb_records import read_finished_run
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +43,8 @@ def _values(items):
 
 
 def _read(run):
-    """The run's history rows, config and exit code, from its offline run file."""
-    records = read_records(Path(run.dir).parent / f"run-{run.id}.wandb")
+    """The finished run's history rows, config and exit code, from its offline run file."""
+    records = read_finished_run(Path(run.dir).parent / f"run-{run.id}.wandb")
     history = [_values(r.history.item) for r in records if r.HasField("history")]
     config = {}
     for record in records:  # wandb.init's config is in the run record, later ones in config

@@ -9,6 +9,7 @@ of the type byte then the data. Each record is a ``wandb_internal_pb2.Record`` p
 """
 
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -19,8 +20,11 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def read_records(path) -> list:
-    """Every `wandb_internal_pb2.Record` in the run file ``path``, in order."""
+    """Every complete `wandb_internal_pb2.Record` in the run file ``path``, in order (none
+    of a file still empty, and not a last record still being written)."""
     data = Path(path).read_bytes()
+    if len(data) < HEADER:
+        return []
     assert struct.unpack("<4sHB", data[:HEADER]) == (b":W&B", 0xBEE1, 0), "not a W&B run file"
     records, pending, pos = [], b"", HEADER
     while len(data) - pos >= HEADER:
@@ -29,6 +33,8 @@ def read_records(path) -> list:
             pos += left_in_block
             continue
         checksum, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        if pos + HEADER + length > len(data):  # being written
+            break
         chunk = data[pos + HEADER:pos + HEADER + length]
         assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) == checksum, f"bad crc at {pos}"
         pos += HEADER + length
@@ -39,3 +45,19 @@ def read_records(path) -> list:
             records.append(record)
             pending = b""
     return records
+
+
+def read_finished_run(path, timeout: float = 30.0) -> list:
+    """The records of a finished run's file, once its ``exit`` record is written.
+
+    ``run.finish()`` can return before W&B's service has written the file (offline, the
+    file may still be empty then), so this reads it again until the run's last record, its
+    exit, is there, for at most ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        records = read_records(path) if Path(path).exists() else []
+        if any(record.HasField("exit") for record in records):
+            return records
+        assert time.monotonic() < deadline, f"no exit record in {path} after {timeout} s"
+        time.sleep(0.05)
