@@ -9,6 +9,7 @@ from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLR
 from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
 from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
 from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
+from mirrorfit._src.callbacks.mlflow_logger import MLflowLogger as MLflowLogger
 from mirrorfit._src.callbacks.optuna_pruning import (
     OptunaPruningCallback as OptunaPruningCallback,
 )
@@ -16,6 +17,7 @@ from mirrorfit._src.callbacks.progbar import ProgbarLogger as ProgbarLogger
 from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 from mirrorfit._src.callbacks.throughput import ThroughputMonitor as ThroughputMonitor
+from mirrorfit._src.callbacks.wandb_logger import WandbLogger as WandbLogger
 
 __all__ = [
     "BackupAndRestore",
@@ -25,6 +27,7 @@ __all__ = [
     "History",
     "LambdaCallback",
     "LearningRateScheduler",
+    "MLflowLogger",
     "ModelCheckpoint",
     "OptunaPruningCallback",
     "ProgbarLogger",
@@ -32,4 +35,5 @@ __all__ = [
     "TensorBoard",
     "TerminateOnNaN",
     "ThroughputMonitor",
+    "WandbLogger",
 ]

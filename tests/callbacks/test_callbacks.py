@@ -230,6 +230,24 @@ def test_lambda_callback_calls_each_given_hook(model):
         mf.callbacks.LambdaCallback(on_batch_end=print)
 
 
+def test_on_train_error_gets_the_exception_instead_of_on_train_end(model):
+    calls, params = [], []
+
+    def crash(batch, logs):
+        raise Interrupt
+
+    callback = mf.callbacks.LambdaCallback(
+        on_train_begin=lambda logs: params.append(dict(callback.params)),
+        on_train_error=lambda error: calls.append(type(error).__name__),
+        on_train_end=lambda logs: calls.append("train_end"))
+    with pytest.raises(Interrupt):
+        _fit(model, [callback, mf.callbacks.LambdaCallback(on_train_batch_end=crash)], 1)
+    assert calls == ["Interrupt"]
+    _fit(model, [callback], 1)
+    assert calls == ["Interrupt", "train_end"]  # no error: on_train_error is not called
+    assert params[0] == {"epochs": 1, "steps": STEPS, "verbose": 0, "batch_size": BATCH}
+
+
 # -- BackupAndRestore -------------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ _HOOKS = (
     "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
     "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
     "on_test_batch_begin", "on_test_batch_end", "on_predict_begin", "on_predict_end",
-    "on_predict_batch_begin", "on_predict_batch_end",
+    "on_predict_batch_begin", "on_predict_batch_end", "on_train_error",
 )
 
 
@@ -61,9 +61,15 @@ class LazyLogs(Mapping):
         return f"LazyLogs({self._read()})"
 
 
+def is_chief() -> bool:
+    """Whether this process is the chief (process 0): the one that prints, writes log files
+    and talks to experiment trackers in a multi-process job. Always true in one process."""
+    return jax.process_index() == 0
+
+
 def chief_print(*args, **kwargs) -> None:
     """``print`` on process 0 only, so a multi-process job prints each message once."""
-    if jax.process_index() == 0:
+    if is_chief():
         print(*args, **kwargs)
 
 
@@ -74,10 +80,17 @@ class Callback:
         model: the `mirrorfit.Model` being trained; set ``model.stop_training = True`` to end
             ``fit`` after the current step.
         params: dict with ``epochs`` (total epochs), ``steps`` (steps per epoch, or ``None``
-            when unknown) and ``verbose``.
+            when unknown), ``verbose`` and ``batch_size`` (``fit``'s global batch: rows per
+            step over all replicas; ``None`` for a source of batches, whose batches fix their
+            own size, and in ``evaluate`` and ``predict``).
 
     Every hook takes ``logs``: a dict of Python floats at epoch and train ends, a `LazyLogs`
     in batch hooks. ``batch`` indices count steps within the current epoch.
+
+    ``on_train_error(error)`` is mirrorfit's addition (Keras has no such hook): ``fit`` calls
+    it when it ends with an exception (raised by the data, a step or a callback, or a
+    ``KeyboardInterrupt``), before the exception propagates; ``on_train_end`` then was not
+    called or did not finish. A callback that holds a file or a run open closes it there.
     """
 
     def __init__(self):
@@ -104,6 +117,7 @@ class Callback:
     def on_predict_end(self, logs=None): ...
     def on_predict_batch_begin(self, batch, logs=None): ...
     def on_predict_batch_end(self, batch, logs=None): ...
+    def on_train_error(self, error: BaseException): ...
 
 
 class CallbackList:
@@ -124,6 +138,7 @@ class CallbackList:
     on_predict_end: Callable[..., None]
     on_predict_batch_begin: Callable[..., None]
     on_predict_batch_end: Callable[..., None]
+    on_train_error: Callable[..., None]
 
     def __init__(self, callbacks: Sequence[Callback] | None, *, model, params: dict[str, Any]):
         callbacks = list(callbacks or [])

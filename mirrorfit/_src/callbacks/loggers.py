@@ -213,7 +213,8 @@ class LambdaCallback(Callback):
     """A callback from plain functions, as ``keras.callbacks.LambdaCallback``.
 
     Each keyword names a hook: ``on_epoch_begin``/``on_epoch_end`` and the ``*_batch_*``
-    hooks get ``(index, logs)``; the others (``on_train_begin``, ...) get ``(logs)``.
+    hooks get ``(index, logs)``; ``on_train_error`` gets ``(error)``; the others
+    (``on_train_begin``, ...) get ``(logs)``.
 
     Example:
         >>> losses = []

@@ -158,9 +158,13 @@ class Trainer(TrainingLoop):
         return step_cost.step_cost(self.strategy, self.train_fn, self._train_shapes, single)
 
     def callback_list(self, model, callbacks: Sequence[Callback] | None, *, verbose: int,
-                      steps: int | None, epochs: int = 1, history: History | None = None
-                      ) -> CallbackList:
+                      steps: int | None, epochs: int = 1, history: History | None = None,
+                      batch_size: int | None = None) -> CallbackList:
         """The callbacks of one loop: the user's, then ``history``, then a progress bar.
+
+        Their ``params`` are ``epochs``, ``steps`` (per epoch), ``verbose`` and
+        ``batch_size`` (``fit``'s global batch; ``None`` for a source of batches, and in
+        ``evaluate`` and ``predict``).
 
         History comes after the user's callbacks, as in Keras, so it records what they add
         to the epoch logs (e.g. ``learning_rate``). A progress bar is added for
@@ -173,7 +177,8 @@ class Trainer(TrainingLoop):
         if wants_bar and not any(isinstance(cb, ProgbarLogger) for cb in cbs):
             cbs.append(ProgbarLogger(verbose))
         return CallbackList(cbs, model=model, params={"epochs": epochs, "steps": steps,
-                                                      "verbose": verbose})
+                                                      "verbose": verbose,
+                                                      "batch_size": batch_size})
 
     # -- statistics -----------------------------------------------------------------------
 
@@ -252,7 +257,8 @@ class Trainer(TrainingLoop):
             "param shapes": jax.tree.map(lambda a: tuple(a.shape), model.params)})
         history = History()
         callback_list = self.callback_list(model, callbacks, verbose=verbose, steps=train.steps,
-                                           epochs=epochs, history=history)
+                                           epochs=epochs, history=history,
+                                           batch_size=train.batch_size)
         model.stop_training = False
         model.history = history
         self._warned = set()
@@ -290,6 +296,9 @@ class Trainer(TrainingLoop):
                 model.state = state._replace(
                     params=finalize_variable_values(state.params, state.opt_state))
             callback_list.on_train_end(logs)
+        except BaseException as error:  # a crash or an interrupt: callbacks close their runs
+            callback_list.on_train_error(error)
+            raise
         finally:
             self.train_data = self.progress = None
         return history
