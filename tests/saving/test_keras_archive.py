@@ -13,6 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import mirrorfit as mf
+from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_files
 from tests.helpers import tree_equal
 
@@ -109,6 +110,19 @@ def test_damaged_keras_file_is_called_damaged(damage, reader, model, tmp_path):
     assert f"The .keras file '{path}' is damaged or truncated" in message
     assert "not a .keras file" not in message
     assert _paths_in(message, tmp_path) <= {str(path)}
+
+
+def test_keras_file_of_a_newer_mirrorfit_names_the_file_not_a_temporary_one(model, tmp_path,
+                                                                            monkeypatch):
+    path = tmp_path / "m.keras"
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint_lib, "FORMAT", f"{checkpoint_lib.FORMAT_NAME}/"
+                                                f"{checkpoint_lib.FORMAT_VERSION + 1}")
+        model.save(path)
+    with pytest.raises(checkpoint_lib.NewerFormatError, match="written by a newer mirrorfit") \
+            as raised:
+        model.load_weights(path)
+    assert _paths_in(str(raised.value), tmp_path) == {f"{path}/model/ckpt-1"}  # inside it
 
 
 def test_file_that_is_no_zip_is_not_a_keras_file(model, tmp_path):

@@ -153,8 +153,9 @@ def read_latest(path: str | os.PathLike) -> Checkpoint:
     with extracted(path) as directory:
         try:
             found = checkpoint_lib.read_latest(directory)
-        except checkpoint_lib.NewerFormatError:
-            raise
+        except checkpoint_lib.NewerFormatError as err:  # intact: say so, naming the file
+            raise checkpoint_lib.NewerFormatError(
+                str(err).replace(os.fspath(directory.parent), shown)) from err
         except checkpoint_lib.CheckpointError as err:
             raise checkpoint_lib.CheckpointError(_DAMAGED.format(
                 path=shown, detail=str(err).replace(os.fspath(directory.parent), shown)),
