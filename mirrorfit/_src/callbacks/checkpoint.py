@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import string
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from mirrorfit._src.callbacks.callback import (
 )
 from mirrorfit._src.callbacks.contract import ResumePoint
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import checkpoint_files
+from mirrorfit._src.saving import checkpoint_files, keras_archive
+from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.utils.checks import MirrorfitWarning
 
 
@@ -49,6 +51,11 @@ class ModelCheckpoint(Callback):
         mode: ``"min"``, ``"max"`` or ``"auto"``.
         save_freq: ``"epoch"``, or an int number of train steps between saves.
         initial_value_threshold: the best value to beat at the start (``save_best_only``).
+
+    The checkpoint directory is locked (`mirrorfit._src.saving.directory_lock`) while the
+    callback writes it: a fixed ``filepath`` from the start of ``fit`` to its end, a
+    templated one from each save to the next. Another writer there gets an error naming
+    the holder. A ``.keras`` file is not locked: it is replaced whole, atomically.
     """
 
     def __init__(self, filepath: str | os.PathLike, monitor: str = "val_loss", verbose: int = 0,
@@ -67,6 +74,36 @@ class ModelCheckpoint(Callback):
         self._epoch = 0
         self._steps = StepCounter()
         self._steps_since_save = 0
+        self._lock: DirectoryLock | None = None
+
+    def on_train_begin(self, logs=None):
+        templated = any(field is not None for _, field, _, _ in
+                        string.Formatter().parse(self.filepath))
+        if not templated:  # fail now, not at the first save, if another writer is there
+            self._lock_for(self.filepath)
+
+    def _lock_for(self, path: str) -> DirectoryLock | None:
+        """Holds the lock of ``path`` (and gives up the previous path's), or ``None``."""
+        if keras_archive.is_archive_path(path):
+            self._release()
+            return None
+        lock = DirectoryLock(path, "ModelCheckpoint filepath")
+        if self._lock is not None and self._lock.held and self._lock.directory == lock.directory:
+            return self._lock
+        self._release()
+        self._lock = lock.acquire()
+        return lock
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+        self._lock = None
+
+    def on_train_end(self, logs=None):
+        self._release()
+
+    def on_train_error(self, error):
+        self._release()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -103,8 +140,9 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint filepath names {err} which is not in the logs; "
                              f"available: epoch, batch, {', '.join(sorted(logs))}. Received: "
                              f"filepath={self.filepath!r}") from None
+        lock = self._lock_for(path)
         self.model.save_checkpoint(path, weights_only=self.save_weights_only,
-                                   argument="ModelCheckpoint filepath")
+                                   argument="ModelCheckpoint filepath", lock=lock)
         if self.verbose > 0:
             chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
@@ -129,6 +167,10 @@ class BackupAndRestore(Callback):
       (at the end of training, or a damaged one), never other files there;
     * a non-empty ``backup_dir`` that holds no mirrorfit backup is refused;
     * a backup written by a newer mirrorfit is refused, and kept;
+    * ``backup_dir`` is locked from the start of ``fit`` to its end
+      (`mirrorfit._src.saving.directory_lock`): a second run on it (the same script started
+      twice) fails at once, naming the holder's process id and host, and the first run goes
+      on unharmed. A lock left by a killed run is taken over with a warning;
     * every backup records a fingerprint of the training data (shapes, dtypes and a hash of
       a fixed sample of rows) and of the compile configuration (optimizer, loss, metrics),
       and resuming with other data or another configuration is an error (a warning with
@@ -147,6 +189,8 @@ class BackupAndRestore(Callback):
     Raises:
         ValueError: in ``fit``, for a ``backup_dir`` holding files but no backup, or a backup
             whose fingerprints differ from the run's (``strict=True``).
+        mirrorfit._src.saving.directory_lock.DirectoryLockedError: in ``fit``, when another
+            live run writes ``backup_dir``.
         mirrorfit._src.saving.checkpoint.NewerFormatError: in ``fit``, for a backup written by a
             newer mirrorfit.
 
@@ -170,10 +214,14 @@ class BackupAndRestore(Callback):
         self._last_step = 0
         self._steps_since_save = 0
         self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
+        self._lock = DirectoryLock(self.backup_dir, "BackupAndRestore backup_dir")
 
     def on_train_begin(self, logs=None):
         self._last_step = self._steps_since_save = 0
         self._restored_history = None
+        checkpoint_files.check_directory(self.backup_dir, os.fspath(self.backup_dir),
+                                         "BackupAndRestore backup_dir")
+        self._lock.acquire()  # released in on_train_end or on_train_error
         self._refuse_foreign_directory()
         self._fingerprints = self.model.trainer.fingerprints()
         backup = self._latest_valid()
@@ -306,9 +354,15 @@ class BackupAndRestore(Callback):
         info = {"kind": "backup", "epoch": epoch, "step": step,
                 "fingerprints": self._fingerprints, **self._history(ended)}
         checkpoint_lib.save(self.backup_dir, host, info, keep=2,
-                            argument="BackupAndRestore backup_dir")
+                            argument="BackupAndRestore backup_dir", lock=self._lock)
 
     def on_train_end(self, logs=None):
-        self._apply_restored_history()  # a backup taken after the last epoch resumes no epoch
-        if self.delete_checkpoint and jax.process_index() == 0:
-            checkpoint_files.remove_checkpoints(self.backup_dir)
+        try:
+            self._apply_restored_history()  # a backup after the last epoch resumes no epoch
+            if self.delete_checkpoint and jax.process_index() == 0:
+                checkpoint_files.remove_checkpoints(self.backup_dir)
+        finally:
+            self._lock.release()
+
+    def on_train_error(self, error):
+        self._lock.release()

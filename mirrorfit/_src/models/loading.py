@@ -63,8 +63,7 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
         ...     restored = mf.load_model("run/keras_style")  # architecture from the save
     """
     if keras_archive.is_archive_path(path):
-        with keras_archive.extracted(path) as directory:
-            found = checkpoint_lib.read_latest(directory)
+        found = keras_archive.read_latest(path)
     else:
         found = checkpoint_lib.read_latest(path)
     custom_objects = dict(custom_objects or {})

@@ -28,6 +28,7 @@ import numpy as np
 from mirrorfit._src.models import keras_models
 from mirrorfit._src.saving import keras_archive, saved_config
 from mirrorfit._src.saving.checkpoint import Checkpoint, read_latest, save, select, unflatten_like
+from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import require_state
 
 
@@ -71,13 +72,15 @@ def _model_info(model, kind: str) -> dict[str, Any]:
     return info
 
 
-def save_weights(model, path: str | os.PathLike, argument: str = "path") -> Path:
+def save_weights(model, path: str | os.PathLike, argument: str = "path",
+                 lock: DirectoryLock | None = None) -> Path:
     """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``).
 
     Args:
         model: a built `Model`.
         path: the checkpoint directory.
         argument: how the caller's user names ``path`` in error messages.
+        lock: the caller's held lock of ``path`` (else it is locked for this save).
 
     Returns:
         The new version directory ``<path>/ckpt-<n>``.
@@ -93,10 +96,11 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path") -> Path
     info = _model_info(model, "weights")
     state = model.state
     return save(path, {"params": state.params, "model_state": state.model_state}, info,
-                argument=argument)
+                argument=argument, lock=lock)
 
 
-def save_model(model, path: str | os.PathLike, argument: str = "path") -> Path:
+def save_model(model, path: str | os.PathLike, argument: str = "path",
+               lock: DirectoryLock | None = None) -> Path:
     """Saves ``model`` 's whole training state and config (see ``Model.save``).
 
     A path ending in ``.keras`` becomes one zip file (`keras_archive`).
@@ -105,6 +109,8 @@ def save_model(model, path: str | os.PathLike, argument: str = "path") -> Path:
         model: a built `Model`.
         path: the checkpoint directory, or a ``.keras`` file.
         argument: how the caller's user names ``path`` in error messages.
+        lock: the caller's held lock of a directory ``path`` (else it is locked for this
+            save). A ``.keras`` file is not locked: it is replaced whole, atomically.
 
     Returns:
         The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
@@ -116,8 +122,8 @@ def save_model(model, path: str | os.PathLike, argument: str = "path") -> Path:
     info = _model_info(model, "model")
     if keras_archive.is_archive_path(path):
         return keras_archive.write(path, lambda tmp: (
-            save(tmp, model.state._asdict(), info, argument=argument), info)[1])
-    return save(path, model.state._asdict(), info, argument=argument)
+            save(tmp, model.state._asdict(), info, argument=argument), info)[1], argument)
+    return save(path, model.state._asdict(), info, argument=argument, lock=lock)
 
 
 def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
@@ -140,8 +146,12 @@ def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
 
 
 def load_weights(model, path: str | os.PathLike) -> None:
-    """Loads params and non-param collections into ``model`` (see ``Model.load_weights``)."""
-    found = read_latest(path)
+    """Loads params and non-param collections into ``model`` (see ``Model.load_weights``).
+
+    ``path`` is a checkpoint directory or a ``.keras`` file (whose weights load, as in Keras).
+    """
+    found = (keras_archive.read_latest(path) if keras_archive.is_archive_path(path)
+             else read_latest(path))
     if not model.built and "input_spec" in found.info:
         model.build(decode_input_spec(found.info["input_spec"])[0])
     restore_into(model, found, weights_only=True)

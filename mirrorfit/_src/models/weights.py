@@ -27,6 +27,7 @@ from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import TrainState, require_state
 
 
@@ -142,6 +143,8 @@ class ModelVariables:
     def load_weights(self, path: str | os.PathLike) -> None:
         """Loads weights saved by `save_weights` or `save`, mirrored on this model's devices.
 
+        ``path`` is a checkpoint directory or, as in Keras, a ``.keras`` file from `save`.
+
         The checkpoint may come from any number of devices. An unbuilt model is built with
         the saved input shape first.
 
@@ -165,7 +168,7 @@ class ModelVariables:
         model_saving.save_model(self, path)
 
     def save_checkpoint(self, path: str | os.PathLike, *, weights_only: bool = False,
-                        argument: str = "path") -> Path:
+                        argument: str = "path", lock: DirectoryLock | None = None) -> Path:
         """Saves as `save_weights` (``weights_only``) or `save` do, naming ``argument`` in
         errors; the interface `mirrorfit.callbacks.ModelCheckpoint` saves through.
 
@@ -174,6 +177,8 @@ class ModelVariables:
             weights_only: params and non-param collections only, as `save_weights`.
             argument: how the caller's user names ``path`` in error messages
                 (``"ModelCheckpoint filepath"``).
+            lock: the caller's held `DirectoryLock` of directory ``path``, which it holds
+                for a whole ``fit``; without it, the directory is locked for this save.
 
         Returns:
             The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
@@ -185,7 +190,7 @@ class ModelVariables:
                 and the fix, if the write fails (a full disk, no permission).
         """
         save = model_saving.save_weights if weights_only else model_saving.save_model
-        return save(self, path, argument)
+        return save(self, path, argument, lock)
 
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """Prints Keras' layer table for a model of ``mirrorfit.layers``, else the table from

@@ -25,7 +25,6 @@ version's temporary files are removed and the previous versions stay as they wer
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -48,6 +47,7 @@ from mirrorfit._src.saving.checkpoint_files import (
     write_failure,
     written_by_mirrorfit,
 )
+from mirrorfit._src.saving.directory_lock import DirectoryLock
 
 FORMAT_NAME = "mirrorfit-checkpoint"
 FORMAT_VERSION = 2
@@ -148,7 +148,7 @@ def _meta_checksum(meta: Mapping[str, Any]) -> str:
 
 
 def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = None, *,
-         keep: int = 1, argument: str = "path") -> Path:
+         keep: int = 1, argument: str = "path", lock: DirectoryLock | None = None) -> Path:
     """Writes ``tree`` as a new version of checkpoint directory ``path``; returns the version.
 
     Args:
@@ -158,6 +158,8 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
         keep: complete versions kept after this one is written (older ones are deleted).
         argument: how the caller's user names ``path`` in error messages
             (``"filepath"``, ``"backup_dir"``).
+        lock: the caller's held `DirectoryLock` of ``path`` (a callback holds it for the
+            whole ``fit``); without it, the directory is locked for this save only.
 
     Returns:
         The new version directory ``<path>/ckpt-<n>``.
@@ -165,6 +167,8 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
     Raises:
         ValueError: if ``tree`` has no array leaves.
         ValueError: naming ``argument``, if ``path`` is an existing file.
+        DirectoryLockedError: naming ``argument`` and the holder, if another writer holds
+            the directory's lock; nothing is written.
         CheckpointWriteError: naming ``argument`` and the fix, if the write fails (full
             disk, no permission). The new version's temporary files are removed; earlier
             versions are untouched.
@@ -182,6 +186,15 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
     shown = os.fspath(path)
     root = Path(path).absolute()
     check_directory(root, shown, argument)
+    if lock is None or not lock.held or lock.directory != root.resolve():
+        with DirectoryLock(path, argument):
+            return _write(root, shown, items, meta, keep, argument)
+    return _write(root, shown, items, meta, keep, argument)
+
+
+def _write(root: Path, shown: str, items: list[tuple[list[str], np.ndarray]],
+           meta: dict[str, Any], keep: int, argument: str) -> Path:
+    """`save` 's write, under the directory's lock."""
     chief = jax.process_index() == 0
     number = 0
     try:
@@ -205,9 +218,9 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
         previous = versions(root)
         kept = (f"The previous checkpoint {os.fspath(previous[0])!r} is intact." if previous
                 else "No earlier checkpoint was there.")
-        what, fix = failure
+        what, fix, code = failure
         raise CheckpointWriteError(
-            getattr(err, "errno", None) or errno.EIO,
+            code,
             f"Could not write a checkpoint to {argument}={shown!r}: {what} "
             f"({type(err).__name__}: {err}). {fix.format(argument=argument)} {kept} "
             f"Received: {argument}={shown!r}") from err

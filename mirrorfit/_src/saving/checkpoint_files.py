@@ -66,24 +66,33 @@ def remove_checkpoints(path: str | os.PathLike) -> None:
         root.rmdir()
 
 
-def write_failure(err: BaseException) -> tuple[str, str] | None:
-    """``(what went wrong, what to do)`` for a storage failure, ``None`` for anything else.
+def write_failure(err: BaseException) -> tuple[str, str, int] | None:
+    """``(what went wrong, what to do, errno)`` for a storage failure, ``None`` otherwise.
 
     Looks through the exception chain: orbax re-raises tensorstore's ``RESOURCE_EXHAUSTED``
-    and Python's ``OSError`` s from its writer threads.
+    (a ``ValueError`` without an errno) and Python's ``OSError`` s from its writer threads.
+    The errno is the failure's own (28, ``ENOSPC``, for a full disk, also when tensorstore
+    only says so in words), ``EIO`` when nothing says which.
     """
     seen: BaseException | None = err
     while seen is not None:
         text = str(seen)
-        if getattr(seen, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+        code = getattr(seen, "errno", None)
+        if code in (errno.ENOSPC, errno.EDQUOT) or (
                 "RESOURCE_EXHAUSTED" in text or "No space left" in text):
-            return "the disk is full", "Free disk space, or pass a {argument} on a disk with room."
-        if getattr(seen, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS) or (
-                "PERMISSION_DENIED" in text):
-            return "permission denied", "Pass a {argument} in a directory you can write to."
+            code = code if code in (errno.ENOSPC, errno.EDQUOT) else errno.ENOSPC
+            return (f"the disk is full ([Errno {code}] {os.strerror(code)})",
+                    "Free disk space, or pass a {argument} on a disk with room.", code)
+        if code in (errno.EACCES, errno.EPERM, errno.EROFS) or "PERMISSION_DENIED" in text:
+            code = code or errno.EACCES
+            what = ("the file system is read-only" if code == errno.EROFS
+                    else "permission denied")
+            return (f"{what} ([Errno {code}] {os.strerror(code)})",
+                    "Pass a {argument} in a directory you can write to.", code)
         if isinstance(seen, OSError):
             return (os.strerror(seen.errno) if seen.errno else "the file system refused it",
-                    "Check that {argument} is a directory you can write to.")
+                    "Check that {argument} is a directory you can write to.",
+                    seen.errno or errno.EIO)
         seen = seen.__cause__ or seen.__context__
     return None
 
