@@ -21,6 +21,7 @@ from mirrorfit._src.modules.mixed_precision import Policy
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.trainers.compile_utils import step_config
 from mirrorfit._src.trainers.model_hooks import overridden, step_family_for
+from mirrorfit._src.trainers.multi_output import MultiOutputLoss
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.utils.checks import positive_int, verbosity
@@ -98,6 +99,14 @@ class TrainingAPI:
         if not self.compiled:
             raise ValueError(f"You must call model.compile(optimizer, loss) before model.{method}()."
                              " Received: an uncompiled model")
+
+    def _check_targets(self, data: Any, argument: str) -> None:
+        """Checks in-memory targets against a multi-output loss before any step runs (the
+        steps check every batch's targets too, as they trace, naming ``y``)."""
+        loss = self._trainer.config.loss if self._trainer.config is not None else None
+        arrays = data.arrays()
+        if isinstance(loss, MultiOutputLoss) and arrays is not None and arrays[1] is not None:
+            loss.check_targets(arrays[1], argument)
 
     def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *,
                      shuffle: bool | None = False,
@@ -178,6 +187,7 @@ class TrainingAPI:
         if validation is not None:
             input_spec.check_matches(self._input_spec, validation.first_inputs(),
                                      "validation_data")
+            self._check_targets(validation, "validation_data")
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)
