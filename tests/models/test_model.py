@@ -256,3 +256,25 @@ def test_test_on_batch_equals_evaluate(n):
     logs = model.test_on_batch(X, Y, return_dict=True)
     assert logs["mae"] == pytest.approx(float(np.mean(np.abs(np.asarray(model(X)) - Y))),
                                         rel=1e-5)
+
+
+class _IgnoresInput(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return self.param("w", nn.initializers.zeros, (3,))
+
+
+def test_a_module_whose_outputs_lack_the_batch_axis_is_named_when_built():
+    # Before: fit raised the loss's "needs targets of the outputs' shape [batch] ...
+    # Received: targets of shape [batch, 3] and outputs of shape [batch]", and predict
+    # "IndexError: boolean index did not match indexed array along axis 0".
+    with pytest.raises(ValueError, match=r"^The module _IgnoresInput must return outputs "
+                                         r"\[batch, ...\].*Received: outputs of shapes "
+                                         r"\[\(3,\)\] for an input batch of 2 rows"):
+        with mf.MirroredStrategy(jax.devices()[:2]).scope():
+            mf.Model(_IgnoresInput(), input_shape=(4,))
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.Model(_IgnoresInput())
+    with pytest.raises(ValueError, match="must return outputs"):
+        model.predict(np.ones((5, 4), np.float32), verbose=0)
+    assert not model.built  # nothing half-built is kept
