@@ -294,6 +294,16 @@ def test_bad_arguments_raise_readable_errors():
         layers.MaxPooling2D(data_format="channels_first").apply({}, np.ones((1, 4, 4, 1)))
 
 
+@pytest.mark.parametrize("layer", [layers.Add, layers.Multiply])
+def test_merging_inputs_of_different_widths_is_a_clear_error(layer):
+    # Before: "TypeError: add got incompatible shapes for broadcasting: (1, 4), (1, 5)".
+    with pytest.raises(ValueError, match=rf"^{layer.__name__} combines tensors element-wise.*"
+                                         r"Received: inputs of shapes \[\(1, 4\), \(1, 5\)\]"):
+        layer().apply({}, [np.ones((1, 4)), np.ones((1, 5))])
+    np.testing.assert_array_equal(layers.Add().apply({}, [np.ones((2, 4)), np.ones((1, 4))]),
+                                  np.full((2, 4), 2.0))  # shapes that broadcast still add
+
+
 def test_layer_trainable_is_settable_like_keras():
     layer = layers.Dense(2)
     layer.trainable = False

@@ -208,3 +208,11 @@ def test_get_unknown_name_raises_value_error():
 def test_get_wrong_type_raises_type_error():
     with pytest.raises(TypeError, match=r"Received: metrics=1.5 of type float"):
         metrics.get(1.5)
+
+
+def test_metric_on_targets_and_outputs_of_different_widths_names_both_shapes():
+    # Before: optax's "ValueError: Shape mismatch: got (8, 3) and (8, 2)."
+    with pytest.raises(ValueError, match=r"^Metric 'mean_squared_error' could not compare "
+                                         r"y_true of shape \(8, 2\) with y_pred of shape "
+                                         r"\(8, 3\)"):
+        metrics.MeanSquaredError().update_state(np.zeros((8, 2)), np.zeros((8, 3)))

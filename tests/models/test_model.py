@@ -231,8 +231,22 @@ def test_train_on_batch_class_weight_equals_sample_weight(allclose):
     assert logs == model.train_on_batch(X, LABELS, sample_weight=row_weights, return_dict=True)
     assert set(logs) == {"loss", "accuracy"}
     allclose(model.params, by_class, rtol=0)
-    with pytest.raises(ValueError, match="class_weight has no weight for classes"):
-        model.train_on_batch(X, LABELS, class_weight={0: 1.0})
+
+
+def test_a_class_missing_from_class_weight_weighs_one_in_train_on_batch_as_in_fit():
+    # Keras 3's rule (class_weight.get(c, 1.0)) in both; train_on_batch used to raise.
+    module = nn.Sequential([nn.Dense(3), nn.softmax])
+    model = _model(1, loss="sparse_categorical_crossentropy", module=module)
+    initial = model.get_weights()
+    partial = model.train_on_batch(X, LABELS, class_weight={0: 2.0}, return_dict=True)
+    model.set_weights(initial)
+    row_weights = np.where(LABELS == 0, 2.0, 1.0).astype(np.float32)
+    assert partial == model.train_on_batch(X, LABELS, sample_weight=row_weights,
+                                           return_dict=True)
+    model.set_weights(initial)
+    history = model.fit(X, LABELS, class_weight={0: 2.0}, batch_size=len(X), shuffle=False,
+                        verbose=0)
+    assert history.history["loss"] == pytest.approx([partial["loss"]], rel=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 8])
@@ -242,3 +256,25 @@ def test_test_on_batch_equals_evaluate(n):
     logs = model.test_on_batch(X, Y, return_dict=True)
     assert logs["mae"] == pytest.approx(float(np.mean(np.abs(np.asarray(model(X)) - Y))),
                                         rel=1e-5)
+
+
+class _IgnoresInput(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return self.param("w", nn.initializers.zeros, (3,))
+
+
+def test_a_module_whose_outputs_lack_the_batch_axis_is_named_when_built():
+    # Before: fit raised the loss's "needs targets of the outputs' shape [batch] ...
+    # Received: targets of shape [batch, 3] and outputs of shape [batch]", and predict
+    # "IndexError: boolean index did not match indexed array along axis 0".
+    with pytest.raises(ValueError, match=r"^The module _IgnoresInput must return outputs "
+                                         r"\[batch, ...\].*Received: outputs of shapes "
+                                         r"\[\(3,\)\] for an input batch of 2 rows"):
+        with mf.MirroredStrategy(jax.devices()[:2]).scope():
+            mf.Model(_IgnoresInput(), input_shape=(4,))
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.Model(_IgnoresInput())
+    with pytest.raises(ValueError, match="must return outputs"):
+        model.predict(np.ones((5, 4), np.float32), verbose=0)
+    assert not model.built  # nothing half-built is kept

@@ -143,3 +143,35 @@ def test_per_output_compile_arguments_are_saved_and_restored(tmp_path):
     args = dict(batch_size=16, sample_weight=W, verbose=0, return_dict=True)
     assert loaded.evaluate(X, (LABELS, TARGETS), **args) == pytest.approx(
         model.evaluate(X, (LABELS, TARGETS), **args), rel=1e-6)
+
+
+_TWO = (LABELS, TARGETS)
+_BY_NAME = {"label": LABELS, "value": TARGETS}
+
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda m, y: m.fit(X, y, batch_size=16, verbose=0), "y"),
+    (lambda m, y: m.evaluate(X, y, batch_size=16, verbose=0), "y"),
+    (lambda m, y: m.train_on_batch(X[:16], jax.tree.map(lambda a: a[:16], y)), "y"),
+    (lambda m, y: m.fit(X, _TWO if isinstance(y, tuple) else _BY_NAME, batch_size=16,
+                        verbose=0, validation_data=(X, y)), "validation_data"),
+])
+@pytest.mark.parametrize("as_dict, y, received", [
+    (False, (LABELS, TARGETS, TARGETS), "a tuple of 3 targets"),
+    (False, (LABELS,), "a tuple of 1 targets"),
+    (True, {"label": LABELS, "valu": TARGETS}, "missing: ['value']; unknown: ['valu']"),
+    (True, {"label": LABELS}, "missing: ['value']"),
+])
+def test_targets_that_do_not_match_the_outputs_are_named(call, argument, as_dict, y, received):
+    # Before: a 3-tuple trained silently on the first two, a 1-tuple raised "IndexError:
+    # tuple index out of range", and a dict with a wrong key raised "KeyError: 'value'".
+    loss = ({"label": "sparse_categorical_crossentropy", "value": "mse"} if as_dict else
+            ["sparse_categorical_crossentropy", "mse"])
+    model = _model(1, as_dict=as_dict, loss=loss)
+    initial = model.get_weights()
+    names = "['label', 'value']" if as_dict else "['output_1', 'output_2']"
+    with pytest.raises(ValueError, match=rf"^{argument} must hold one target per output") as e:
+        call(model, y)
+    assert names in str(e.value) and received in str(e.value)
+    for before, after in zip(initial, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(before, after)  # no step ran

@@ -15,6 +15,13 @@ import jax.numpy as jnp
 
 from mirrorfit._src.metrics.metric import Metric, MetricFn, divide_no_nan, weighted_sum
 
+METRIC_SHAPES = (
+    "Metric {name!r} could not compare y_true of shape {true} with y_pred of shape {pred}: "
+    "the targets must fit the outputs (the same shape, or class indices [batch] for sparse "
+    "metrics). Pass update_state(y_true, y_pred) in that order, with targets as wide as the "
+    "model's output. Received: y_true of shape {true} and y_pred of shape {pred} ({error})"
+)
+
 
 def _per_example(values: jax.Array) -> jax.Array:
     """``[batch, ...]`` -> ``[batch]``: the mean over non-batch axes (Keras' samplewise)."""
@@ -97,7 +104,8 @@ class MeanMetricWrapper(Metric):
         **kwargs: passed to ``fn``; they are the metric's config.
 
     Raises:
-        ValueError: (when updated) if ``fn`` reduced over the batch.
+        ValueError: (when updated) if ``fn`` reduced over the batch, or failed on the shapes
+            of ``y_true`` and ``y_pred`` (both shapes named).
 
     Example:
         >>> def max_error(y_true, y_pred):
@@ -113,7 +121,12 @@ class MeanMetricWrapper(Metric):
     def update(self, y_true: jax.Array, y_pred: jax.Array,
                sample_weight: jax.Array) -> dict[str, jax.Array]:
         """``{"total": sum(w * v), "count": sum(w)}`` for ``v = fn(y_true, y_pred)``."""
-        values = jnp.asarray(self.fn(y_true, y_pred, **self.fn_kwargs), jnp.float32)
+        try:
+            values = jnp.asarray(self.fn(y_true, y_pred, **self.fn_kwargs), jnp.float32)
+        except (ValueError, TypeError) as error:
+            raise ValueError(METRIC_SHAPES.format(
+                name=self.name, true=jnp.shape(y_true), pred=jnp.shape(y_pred),
+                error=error)) from error
         batch = sample_weight.shape[0]
         if values.ndim == 0 or values.shape[0] != batch:
             raise ValueError(

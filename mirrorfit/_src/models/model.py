@@ -178,6 +178,8 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
         model_checks.check_module_call(self.module, sample)
         params, model_state = init(jax.random.PRNGKey(self.seed), sample)
+        model_checks.check_outputs_per_example(self.module, self._adapter, params,
+                                               model_state, sample)
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(

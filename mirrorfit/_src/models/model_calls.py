@@ -16,7 +16,6 @@ from typing import Any
 
 import jax
 import jax.core
-import numpy as np
 
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
 from mirrorfit._src.modules.adapters import ModuleAdapter
@@ -132,7 +131,9 @@ class ModelCalls:
             y: targets ``[batch, ...]``.
             sample_weight: per-example weights ``[batch]``.
             class_weight: ``{class index: weight}``, multiplied into the sample weights
-                (the class is ``y``, or ``argmax(y)`` for one-hot targets), as Keras.
+                (the class is ``y``, or ``argmax(y)`` for one-hot targets); a class the dict
+                lacks weighs 1, as Keras 3 and as in ``fit`` (one rule, in
+                `mirrorfit._src.trainers.data_adapters.class_weight`).
             return_dict: return ``{"loss": ..., metric: ...}`` instead of a list.
 
         Returns:
@@ -140,12 +141,11 @@ class ModelCalls:
             or the dict.
 
         Raises:
-            ValueError: for an uncompiled model, or a class in ``y`` missing from
-                ``class_weight``.
+            ValueError: for an uncompiled model.
+            TypeError: for a ``class_weight`` that is not ``{int: float}``.
         """
         self._require_compiled("train_on_batch")
-        sample_weight = _with_class_weight(y, sample_weight, class_weight)
-        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"))
+        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"), class_weight=class_weight)
         return _format(self._trainer.train_on_batch(self, data), return_dict)
 
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
@@ -164,22 +164,3 @@ def _format(logs: dict[str, float], return_dict: bool) -> float | list[float] | 
         return logs
     values = list(logs.values())
     return values[0] if len(values) == 1 else values
-
-
-def _with_class_weight(y: Any, sample_weight: Any, class_weight: Mapping[int, float] | None):
-    """Sample weights ``[batch]`` times ``class_weight[class of each row]`` (Keras' rule)."""
-    if class_weight is None:
-        return sample_weight
-    if not isinstance(class_weight, Mapping):
-        raise TypeError("class_weight must be a dict {class index: weight}. Received: "
-                        f"class_weight={class_weight!r}")
-    labels = np.asarray(y)
-    if labels.ndim == 2 and labels.shape[1] > 1:
-        labels = np.argmax(labels, axis=-1)
-    labels = labels.reshape(labels.shape[0], -1)[:, 0].astype(np.int64)
-    missing = sorted(set(labels.tolist()) - {int(k) for k in class_weight})
-    if missing:
-        raise ValueError(f"class_weight has no weight for classes {missing} found in y. "
-                         f"Received: class_weight={dict(class_weight)!r}")
-    weights = np.asarray([class_weight[c] for c in labels], np.float32)
-    return weights if sample_weight is None else np.asarray(sample_weight, np.float32) * weights

@@ -1,8 +1,9 @@
 """Checks of `Model`'s constructor arguments: the seed, the example input shape, and whether
-the Flax module can be called as mirrorfit calls it.
+the Flax module can be called as mirrorfit calls it, and whether its outputs have one row
+per example.
 
-Each runs before any parameter is created, so a wrong argument fails at ``Model(...)`` with
-the argument named, not later inside a trace.
+Each runs when the model is built (before any step), so a wrong argument fails at
+``Model(...)`` or the first ``fit`` with the argument named, not later inside a trace.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from mirrorfit._src.modules.adapters import call_inputs
+import jax
+
+from mirrorfit._src.modules.adapters import ModuleAdapter, call_inputs
 from mirrorfit._src.utils.checks import is_int
 
 
@@ -45,6 +48,49 @@ def check_module_call(module: Any, sample: Any) -> None:
             "or training=True/False when __call__ has a parameter of that name. Give every "
             "other parameter a default, or make it a module attribute. Received: "
             f"{name}.__call__{signature}") from None
+
+
+OUTPUTS_WITHOUT_BATCH_AXIS = (
+    "The module {name} must return outputs [batch, ...], one row per example of its input "
+    "x: mirrorfit splits and gathers every output by rows. Compute the outputs from x (a "
+    "module that ignores x, e.g. returns a parameter, has no row per example), or broadcast "
+    "one, e.g. jnp.broadcast_to(w, (x.shape[0], *w.shape)). Received: outputs of shapes "
+    "{shapes} for an input batch of {rows} rows"
+)
+
+
+def check_outputs_per_example(module: Any, adapter: ModuleAdapter, params: Any,
+                              model_state: Any, sample: Any) -> None:
+    """Raises a clear ``ValueError`` if the module's outputs lack the batch axis.
+
+    Traces (``jax.eval_shape``: nothing runs) one forward pass on a batch of 2 rows and
+    checks that every output has 2 rows. A forward pass that fails on 2 rows is left to
+    fail at the first step with its own error.
+
+    Args:
+        module: the Flax module (for its name).
+        adapter: its `ModuleAdapter`.
+        params: the params ``adapter.init`` created.
+        model_state: the other collections ``adapter.init`` created.
+        sample: the example batch of 1 row the model was built from.
+
+    Raises:
+        ValueError: naming the module, its output shapes and the input rows.
+    """
+    rows = 2
+    batch = jax.tree.map(lambda a: jax.ShapeDtypeStruct((rows, *a.shape[1:]), a.dtype), sample)
+
+    def forward(params, model_state, x):
+        return adapter.apply(params, model_state, x, train=False, rng=jax.random.PRNGKey(0))[0]
+
+    try:
+        outputs = jax.eval_shape(forward, params, model_state, batch)
+    except Exception:  # noqa: BLE001 - not this check's error: the first step reports it
+        return
+    shapes = [tuple(leaf.shape) for leaf in jax.tree.leaves(outputs)]
+    if any(not shape or shape[0] != rows for shape in shapes):
+        raise ValueError(OUTPUTS_WITHOUT_BATCH_AXIS.format(
+            name=type(module).__name__, shapes=shapes, rows=rows))
 
 
 def checked_seed(seed: Any) -> int:

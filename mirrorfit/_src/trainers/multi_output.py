@@ -30,6 +30,22 @@ SINGLE_LOSS_FOR_SEVERAL_OUTPUTS = (
 )
 
 
+TARGETS_DO_NOT_MATCH_OUTPUTS = (
+    "{argument} must hold one target per output of the model's loss: {expected}. Pass the "
+    "targets {fix}. Received: {argument}={received}"
+)
+
+
+def describe_targets(y: Any) -> str:
+    """``y`` in words for an error: a dict's keys, a tuple's length, or one array's shape."""
+    if isinstance(y, Mapping):
+        return f"a dict with keys {sorted(map(str, y))}"
+    if isinstance(y, (list, tuple)):
+        return f"a {type(y).__name__} of {len(y)} targets"
+    return f"one array of shape {tuple(getattr(y, 'shape', ()))}" if hasattr(
+        y, "shape") else f"{type(y).__name__}"
+
+
 def _output_keys(spec: Any) -> list[Any]:
     return list(spec) if isinstance(spec, Mapping) else list(range(len(spec)))
 
@@ -103,9 +119,41 @@ class MultiOutputLoss:
                              f"{got}. Match loss to the model's outputs. Received: "
                              f"model outputs {got}")
 
+    def check_targets(self, y: Any, argument: str = "y") -> None:
+        """Checks that ``y`` has one target per output: a dict with the outputs' names, or a
+        tuple/list in output order.
+
+        Args:
+            y: the targets (arrays, or a batch's).
+            argument: the argument the targets came from, for the message (``"y"``,
+                ``"validation_data"``).
+
+        Raises:
+            ValueError: for a different count, missing or unknown names, or one array,
+                naming the expected outputs and what was received.
+        """
+        names = [output_name(k) for k in self.keys]
+        if self._is_dict:
+            ok = isinstance(y, Mapping) and set(y) == set(self.keys)
+            expected = f"a dict with keys {sorted(names)}"
+            if isinstance(y, Mapping) and not ok:
+                missing = sorted(map(str, set(self.keys) - set(y)))
+                unknown = sorted(map(str, set(y) - set(self.keys)))
+                expected += (f" (missing: {missing}" if missing else " (") + (
+                    f"{'; ' if missing else ''}unknown: {unknown})" if unknown else ")")
+            fix = "as a dict by output name"
+        else:
+            ok = isinstance(y, (list, tuple)) and len(y) == len(self.keys)
+            expected = f"a tuple or list of {len(names)} targets for the outputs {names}"
+            fix = "as a tuple in output order"
+        if not ok:
+            raise ValueError(TARGETS_DO_NOT_MATCH_OUTPUTS.format(
+                argument=argument, expected=expected, fix=fix, received=describe_targets(y)))
+
     def per_output(self, y_true: Any, y_pred: Any) -> dict[str, jax.Array]:
         """``{"<output>_loss": per-example loss [batch]}`` for every output with a loss."""
         self._check(y_pred)
+        self.check_targets(y_true)
         return {f"{output_name(key)}_loss": fn(select(y_true, key), select(y_pred, key))
                 for key, fn in self.losses.items()}
 

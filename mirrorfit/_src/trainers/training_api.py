@@ -21,6 +21,7 @@ from mirrorfit._src.modules.mixed_precision import Policy
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.trainers.compile_utils import step_config
 from mirrorfit._src.trainers.model_hooks import overridden, step_family_for
+from mirrorfit._src.trainers.multi_output import MultiOutputLoss
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.utils.checks import positive_int, verbosity
@@ -98,6 +99,14 @@ class TrainingAPI:
         if not self.compiled:
             raise ValueError(f"You must call model.compile(optimizer, loss) before model.{method}()."
                              " Received: an uncompiled model")
+
+    def _check_targets(self, data: Any, argument: str) -> None:
+        """Checks in-memory targets against a multi-output loss before any step runs (the
+        steps check every batch's targets too, as they trace, naming ``y``)."""
+        loss = self._trainer.config.loss if self._trainer.config is not None else None
+        arrays = data.arrays()
+        if isinstance(loss, MultiOutputLoss) and arrays is not None and arrays[1] is not None:
+            loss.check_targets(arrays[1], argument)
 
     def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *,
                      shuffle: bool | None = False,
@@ -178,6 +187,10 @@ class TrainingAPI:
         if validation is not None:
             input_spec.check_matches(self._input_spec, validation.first_inputs(),
                                      "validation_data")
+            self._check_targets(validation, "validation_data")
+            _check_validation_repeats(validation, epochs=epochs,
+                                      initial_epoch=int(initial_epoch),
+                                      validation_freq=validation_freq)
         return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
                                  callbacks=callbacks, verbose=verbose, validation=validation,
                                  validation_freq=validation_freq)
@@ -252,3 +265,33 @@ class TrainingAPI:
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         return self._trainer.predict(self, data, callback_list)
+
+
+ONE_SHOT_VALIDATION = (
+    "validation_data is a one-shot {kind} (iter(validation_data) is validation_data): it runs "
+    "dry in the first validation, but this fit validates {count} times (epochs={epochs}, "
+    "initial_epoch={initial_epoch}, validation_freq={freq}). Pass a re-iterable that starts "
+    "over at every validation: a list of (x, y) batches, arrays (x_val, y_val), a "
+    "mirrorfit.utils.PyDataset, a tf.data dataset, or an object whose __iter__ returns a new "
+    "generator; or give validation_steps to read that many batches on from the same "
+    "generator each time, as Keras. Received: validation_data=a one-shot {kind} and "
+    "validation_steps=None"
+)
+
+
+def _check_validation_repeats(validation: Any, *, epochs: int, initial_epoch: int,
+                              validation_freq: int) -> None:
+    """Refuses, at ``fit``'s start, a one-shot validation generator that fit would have to
+    read more than once (it would fail at the second validation, epochs into training).
+
+    Raises:
+        ValueError: naming ``validation_data``, the validation count and the fixes.
+    """
+    if not getattr(validation, "one_shot", False) or validation.steps is not None:
+        return
+    count = sum((epoch + 1 - initial_epoch) % validation_freq == 0
+                for epoch in range(initial_epoch, epochs))
+    if count > 1:
+        raise ValueError(ONE_SHOT_VALIDATION.format(
+            kind=validation.kind, count=count, epochs=epochs, initial_epoch=initial_epoch,
+            freq=validation_freq))

@@ -89,3 +89,25 @@ def test_infinite_py_dataset_needs_steps():
 def test_not_iterable_x_is_a_type_error():
     with pytest.raises(TypeError, match="Received: x of type int"):
         _adapter(3)
+
+
+def test_a_batch_sample_weight_of_the_wrong_length_is_named(model_and_initial):
+    # Before: "operands could not be broadcast together with shapes (10,) (16,)".
+    model, _ = model_and_initial
+
+    def weighted():
+        yield X[:16], Y[:16], np.ones(10, np.float32)
+
+    with pytest.raises(ValueError, match=r"sample_weight must have one weight per row of the "
+                                         r"batch's x and y \(16 rows\).*shape \(10,\)"):
+        model.fit(weighted(), verbose=0)
+
+
+def test_a_wrong_sample_weight_in_validation_data_names_validation_data(model_and_initial):
+    # Before: "x and sample_weight must have the same number of rows ..." without naming
+    # validation_data.
+    model, _ = model_and_initial
+    with pytest.raises(ValueError, match=r"^In validation_data .*x with 35 rows and "
+                                         r"sample_weight with 10 rows"):
+        model.fit(X, Y, batch_size=BATCH, verbose=0,
+                  validation_data=(X, Y, np.ones(10, np.float32)))

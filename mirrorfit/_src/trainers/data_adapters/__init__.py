@@ -229,6 +229,10 @@ def _is_xy_tuple(data: Any) -> bool:
     return isinstance(data, tuple) or not all(isinstance(item, (tuple, list)) for item in data)
 
 
+IN_VALIDATION_DATA = "In validation_data (x_val, y_val[, sample_weight]): "
+"""Prefix of an error in ``validation_data``, whose parts the adapters call x, y, sample_weight."""
+
+
 def train_and_validation(train: DataAdapter, *, validation_split: Any, validation_data: Any,
                          batch_size: Any, num_replicas: int, steps: Any = None,
                          validation_steps: Any = None, validation_batch_size: Any = None,
@@ -280,10 +284,15 @@ def train_and_validation(train: DataAdapter, *, validation_split: Any, validatio
                          "validation_data with inputs and no targets")
     if not is_array_input(x_val):
         val_batch = validation_batch_size  # only an explicit one is an error
-    return train, get_data_adapter(x_val, y_val, weight, batch_size=val_batch,
-                                   num_replicas=num_replicas, steps=validation_steps,
-                                   steps_name="validation_steps",
-                                   batch_size_name="validation_batch_size", strategy=strategy)
+    try:
+        validation = get_data_adapter(x_val, y_val, weight, batch_size=val_batch,
+                                      num_replicas=num_replicas, steps=validation_steps,
+                                      steps_name="validation_steps",
+                                      batch_size_name="validation_batch_size",
+                                      strategy=strategy)
+    except ValueError as error:  # x, y and sample_weight here are validation_data's
+        raise ValueError(f"{IN_VALIDATION_DATA}{error}") from error
+    return train, validation
 
 
 __all__ = [

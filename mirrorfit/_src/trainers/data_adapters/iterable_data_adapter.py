@@ -31,6 +31,11 @@ MAP_HINT = ("Map it to (x, y) first, e.g. dataset.map(lambda d: (d['image'], d['
             "(grain, tf.data), or return a tuple from the loader.")
 """One-line fix shown when a source yields dict elements where ``(x, y)`` is needed."""
 
+BATCH_SAMPLE_WEIGHT_ROWS = (
+    "Each batch's sample_weight must have one weight per row of the batch's x and y ({rows} "
+    "rows): yield (x, y, sample_weight) with sample_weight of shape [{rows}]. Received: a "
+    "batch of a {kind} with {rows} rows and sample_weight of shape {shape}")
+
 
 def to_numpy(leaf: Any) -> np.ndarray:
     """A batch leaf as NumPy: NumPy, JAX, TF and (CPU or accelerator) torch tensors."""
@@ -91,6 +96,11 @@ class IterableDataAdapter(DataAdapter):
         self._peeked: tuple[Any, Iterator] | None = None  # (first item, rest of epoch 0)
         self._example_shapes: Any = None  # per-example (x, y) shapes of the first batch
 
+    @property
+    def one_shot(self) -> bool:
+        """Whether the source is its own iterator (a generator): read once, never restarted."""
+        return self._iterator is not None
+
     def first_inputs(self) -> Any:
         """``x`` of the first batch (NumPy), read once ahead; epoch 0 then starts with it.
 
@@ -135,6 +145,8 @@ class IterableDataAdapter(DataAdapter):
         x, y, sample_weight = parts if len(parts) == 3 else (*parts, None)
         if self.class_weight is not None:
             weights = class_weights_to_sample_weights(to_numpy(y), self.class_weight)
+            if sample_weight is not None:
+                self._check_weight_rows(sample_weight, len(weights))
             sample_weight = weights if sample_weight is None else (
                 weights * to_numpy(sample_weight).astype(np.float32))
         return x, y, sample_weight
@@ -166,12 +178,20 @@ class IterableDataAdapter(DataAdapter):
                     last.sample_weight))
             yield stack(pending + [filler] * (group - len(pending)))
 
+    def _check_weight_rows(self, sample_weight: Any, rows: int) -> None:
+        got = np.shape(sample_weight)
+        if got[:1] != (rows,):
+            raise ValueError(BATCH_SAMPLE_WEIGHT_ROWS.format(kind=self.kind, rows=rows,
+                                                             shape=got))
+
     def _pad(self, x, y, sample_weight) -> Batch:
         x, y = jax.tree.map(to_numpy, (x, y))
         input_checks.check_numeric(x, "x")
         input_checks.check_numeric(y, "y")
         input_checks.check_sample_weight(sample_weight, "a batch's sample_weight")
         rows = num_rows((x, y), f"each batch (x, y) of a {self.kind}")
+        if sample_weight is not None:
+            self._check_weight_rows(sample_weight, rows)
         shapes = jax.tree.map(lambda a: a.shape[1:], (x, y))
         if self.padded_batch_size is None:
             if self.check_input is not None:
