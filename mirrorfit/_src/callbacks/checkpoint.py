@@ -338,9 +338,10 @@ class BackupAndRestore(Callback):
     def _exit_preempted(self, epoch: int, step: int) -> None:
         if self._notice is not None:
             self._notice.uninstall()
-        chief_print(f"BackupAndRestore: preemption notice; saved a backup at epoch {epoch + 1}, "
-                    f"step {step} in {os.fspath(self.backup_dir)!r} and stopping with exit "
-                    f"code {PREEMPTED_EXIT_CODE}. Run the same fit again to resume there.")
+        chief_print(f"BackupAndRestore: preemption notice; saved a backup in "
+                    f"{os.fspath(self.backup_dir)!r} (it resumes at epoch {epoch + 1}, after "
+                    f"{step} steps of it) and stopping with exit code {PREEMPTED_EXIT_CODE}. "
+                    "Run the same fit again to resume there.")
         raise Preempted(epoch, step)
 
     def _history(self, ended: tuple[int, dict[str, float]] | None) -> dict[str, Any]:
