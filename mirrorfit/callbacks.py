@@ -4,6 +4,7 @@ from mirrorfit._src.callbacks.callback import Callback as Callback
 from mirrorfit._src.callbacks.callback import History as History
 from mirrorfit._src.callbacks.checkpoint import BackupAndRestore as BackupAndRestore
 from mirrorfit._src.callbacks.checkpoint import ModelCheckpoint as ModelCheckpoint
+from mirrorfit._src.callbacks.checkpoint import Preempted as Preempted
 from mirrorfit._src.callbacks.learning_rate import LearningRateScheduler as LearningRateScheduler
 from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLROnPlateau
 from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
@@ -18,8 +19,12 @@ from mirrorfit._src.callbacks.stopping import EarlyStopping as EarlyStopping
 from mirrorfit._src.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 from mirrorfit._src.callbacks.throughput import ThroughputMonitor as ThroughputMonitor
 from mirrorfit._src.callbacks.wandb_logger import WandbLogger as WandbLogger
+from mirrorfit._src.distribute.multi_worker.preemption import (
+    PREEMPTED_EXIT_CODE as PREEMPTED_EXIT_CODE,
+)
 
 __all__ = [
+    "PREEMPTED_EXIT_CODE",
     "BackupAndRestore",
     "CSVLogger",
     "Callback",
@@ -30,6 +35,7 @@ __all__ = [
     "MLflowLogger",
     "ModelCheckpoint",
     "OptunaPruningCallback",
+    "Preempted",
     "ProgbarLogger",
     "ReduceLROnPlateau",
     "TensorBoard",

@@ -1,6 +1,7 @@
 """Local multi-process launcher for `MultiWorkerMirroredStrategy`, like ``torchrun``.
 
-    python -m mirrorfit.launch --nproc 2 --cpu-devices 2 [--port P] script.py [args ...]
+    python -m mirrorfit.launch --nproc 2 --cpu-devices 2 [--port P] [--max-restarts N] \
+        script.py [args ...]
 
 Starts ``--nproc`` copies of ``script.py`` on this machine, with the coordinator of
 ``jax.distributed`` on loopback (``127.0.0.1:P``, a free port by default). Each process gets
@@ -14,6 +15,16 @@ notice on their own and exit with code 75 (`PEER_FAILED_EXIT_CODE`); any process
 running `GRACE_SECONDS` after the first failure is killed. The launcher then prints one line
 naming the failing process (its traceback is in its prefixed output, once) and exits with
 that process's code (``128 + signal`` for a process killed by a signal).
+
+With ``--max-restarts N`` (default 0), a job that fails is started again, all of its
+processes, up to ``N`` times, as ``torchrun --max-restarts`` does: any non-zero exit counts,
+whether a preemption (every process saved a backup and exited with code 76,
+`PREEMPTED_EXIT_CODE`, see ``BackupAndRestore(save_before_preemption=True)``) or a crash
+(``BackupAndRestore`` resumes from the last backup either way). A restart gets a new free
+port (unless ``--port`` is given) and ``MIRRORFIT_RESTART_COUNT`` (0 for the first run) in
+its environment. When the launcher itself gets SIGTERM (the scheduler is taking the whole
+allocation), it forwards the signal to every process, so that they save, and does not
+restart.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import time
 from collections.abc import Sequence
 
 from mirrorfit._src.distribute.multi_worker.failfast import PEER_FAILED_EXIT_CODE
+from mirrorfit._src.distribute.multi_worker.preemption import PREEMPTED_EXIT_CODE
 
 GRACE_SECONDS = 5.0  # after a failure, how long the other processes get to stop on their own
 _DEVICE_FLAG = re.compile(r"--xla_force_host_platform_device_count(=\S*)?")
@@ -51,21 +63,28 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="simulated CPU devices per process (sets XLA_FLAGS)")
     parser.add_argument("--port", type=int, default=None,
                         help="coordinator port on 127.0.0.1 (default: a free port)")
+    parser.add_argument("--max-restarts", type=int, default=0,
+                        help="times to restart the whole job after it fails (default 0)")
     parser.add_argument("script", help="the Python script every process runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
     args = parser.parse_args(argv)
     if args.nproc < 1:
         parser.error(f"--nproc must be a positive int. Received: --nproc={args.nproc}")
+    if args.max_restarts < 0:
+        parser.error("--max-restarts must be a non-negative int. Received: "
+                     f"--max-restarts={args.max_restarts}")
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be a positive int. Received: "
                      f"--cpu-devices={args.cpu_devices}")
     return args
 
 
-def _env(rank: int, nproc: int, port: int, cpu_devices: int | None) -> dict[str, str]:
+def _env(rank: int, nproc: int, port: int, cpu_devices: int | None,
+         restart: int = 0) -> dict[str, str]:
     env = dict(os.environ)
     env.update(MIRRORFIT_COORDINATOR=f"127.0.0.1:{port}", MIRRORFIT_NUM_PROCESSES=str(nproc),
-               MIRRORFIT_PROCESS_ID=str(rank), PYTHONUNBUFFERED="1")
+               MIRRORFIT_PROCESS_ID=str(rank), MIRRORFIT_RESTART_COUNT=str(restart),
+               PYTHONUNBUFFERED="1")
     if cpu_devices is not None:
         flags = _DEVICE_FLAG.sub("", env.get("XLA_FLAGS", "")).split()
         env["XLA_FLAGS"] = " ".join(
@@ -137,7 +156,8 @@ def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int | None]:
 
 
 def launch(script: str, args: Sequence[str] = (), *, nproc: int,
-           cpu_devices: int | None = None, port: int | None = None) -> int:
+           cpu_devices: int | None = None, port: int | None = None,
+           max_restarts: int = 0) -> int:
     """Runs ``script`` as ``nproc`` processes of one job; returns the job's exit code.
 
     Args:
@@ -145,18 +165,49 @@ def launch(script: str, args: Sequence[str] = (), *, nproc: int,
         args: the script's arguments (the same for every process).
         nproc: number of processes (``num_processes``).
         cpu_devices: simulated CPU devices per process, or ``None`` to leave ``XLA_FLAGS``.
-        port: coordinator port on 127.0.0.1; ``None`` picks a free one.
+        port: coordinator port on 127.0.0.1; ``None`` picks a free one for every run.
+        max_restarts: how many times a failed job (any non-zero exit) is started again.
 
     Returns:
-        0 if every process succeeded, else the exit code of the process that failed first
-        on its own (see `_supervise`).
+        0 if every process of the last run succeeded, else the exit code of the process that
+        failed first on its own (see `_supervise`).
     """
+    terminated = threading.Event()
+    current: list[subprocess.Popen] = []
+
+    def forward_sigterm(signum, frame):
+        del signum, frame
+        terminated.set()
+        for proc in current:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward_sigterm) \
+        if threading.current_thread() is threading.main_thread() else None
+    try:
+        restart = 0
+        while True:
+            code = _run_once(script, args, nproc, cpu_devices, port, restart, current)
+            if code == 0 or restart >= max_restarts or terminated.is_set():
+                return code
+            restart += 1
+            print(f"[launch] restarting the job ({restart} of --max-restarts={max_restarts}).",
+                  file=sys.stderr, flush=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_once(script: str, args: Sequence[str], nproc: int, cpu_devices: int | None,
+              port: int | None, restart: int, current: list[subprocess.Popen]) -> int:
+    """One run of the job (see `launch`); its processes are listed in ``current``."""
     port = free_port() if port is None else port
     lock = threading.Lock()
-    procs, threads = [], []
+    procs, threads = current, []
+    procs.clear()
     for rank in range(nproc):
         proc = subprocess.Popen([sys.executable, script, *args],
-                                env=_env(rank, nproc, port, cpu_devices),
+                                env=_env(rank, nproc, port, cpu_devices, restart),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         thread = threading.Thread(target=_forward, args=(rank, proc.stdout, lock), daemon=True)
         thread.start()
@@ -175,7 +226,10 @@ def launch(script: str, args: Sequence[str] = (), *, nproc: int,
             proc.wait()
         for thread in threads:
             thread.join(timeout=5)
-    if rank is not None:
+    if code == PREEMPTED_EXIT_CODE:
+        print(f"[launch] the job was preempted: its processes saved a backup and exited with "
+              f"code {code}.", file=sys.stderr, flush=True)
+    elif rank is not None:
         print(f"[launch] process {rank} failed with exit code {code} (its output above is "
               f"prefixed [{rank}]); the job stopped.", file=sys.stderr, flush=True)
     return code
@@ -185,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; see the module docstring."""
     args = _parse(argv)
     return launch(args.script, args.args, nproc=args.nproc, cpu_devices=args.cpu_devices,
-                  port=args.port)
+                  port=args.port, max_restarts=args.max_restarts)
 
 
 if __name__ == "__main__":

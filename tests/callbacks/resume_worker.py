@@ -12,6 +12,9 @@ Environment:
     KILL_IN_SAVE_AT_STEP=k: SIGKILL this process in the middle of writing the backup of
         global step ``k``: the backup's JSON file is half written and the version is not
         renamed into place yet.
+    TERM_AT_STEP=k: send SIGTERM to this process while global train step ``k`` runs, with
+        ``BackupAndRestore(save_before_preemption=True)``: it saves after step ``k`` and exits
+        with code 76.
     DTYPE_POLICY=name: train under this dtype policy with a `LossScaleOptimizer` whose
         scale overflows and grows during the run; its scale and counter are written too.
 """
@@ -36,9 +39,11 @@ EPOCHS, BATCH, SAVE_FREQ = 3, 16, 4
 class Killer(mf.callbacks.Callback):
     """Kills the process at a global step, or arms a kill inside the next backup write."""
 
-    def __init__(self, kill_at: int | None, kill_in_save_at: int | None):
+    def __init__(self, kill_at: int | None, kill_in_save_at: int | None,
+                 term_at: int | None = None):
         super().__init__()
         self.kill_at, self.kill_in_save_at = kill_at, kill_in_save_at
+        self.term_at = term_at
         self.armed = False
         self.first_step: int | None = None  # global step this process started from
 
@@ -47,6 +52,8 @@ class Killer(mf.callbacks.Callback):
         if self.first_step is None:
             self.first_step = done
         self.armed = done + 1 == self.kill_in_save_at  # the step about to run
+        if done + 1 == self.term_at:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def on_train_batch_end(self, batch, logs=None):
         if int(jax.device_get(self.model.state.step)) == self.kill_at:
@@ -56,7 +63,9 @@ class Killer(mf.callbacks.Callback):
 def main(out_dir: str, backup: bool) -> None:
     kill_at = os.environ.get("KILL_AT_STEP")
     kill_in_save_at = os.environ.get("KILL_IN_SAVE_AT_STEP")
-    killer = Killer(kill_at and int(kill_at), kill_in_save_at and int(kill_in_save_at))
+    term_at = os.environ.get("TERM_AT_STEP")
+    killer = Killer(kill_at and int(kill_at), kill_in_save_at and int(kill_in_save_at),
+                    term_at and int(term_at))
     write_json = ocp.JsonCheckpointHandler._save_fn
 
     async def half_write_then_die(self, item, directory):
@@ -81,7 +90,9 @@ def main(out_dir: str, backup: bool) -> None:
         model.compile(optimizer, "sparse_categorical_crossentropy", ["accuracy"])
     # The backup callback runs before the killer, so a kill after step k follows k's backup.
     callbacks = [mf.callbacks.BackupAndRestore(os.path.join(out_dir, "backup"),
-                                               save_freq=SAVE_FREQ)] if backup else []
+                                               save_freq=SAVE_FREQ,
+                                               save_before_preemption=bool(term_at))
+                 ] if backup else []
     history = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
                         validation_data=(x[:40], y[:40]), callbacks=callbacks + [killer])
     scaling = {} if policy is None else {

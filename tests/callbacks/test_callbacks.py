@@ -8,7 +8,9 @@ the callback under test, so each scenario is exact and fast.
 
 import csv
 import math
+import os
 import re
+import signal
 
 import flax.linen as nn
 import jax
@@ -284,6 +286,54 @@ def test_backup_and_restore_resumes_bitwise(grouped, tmp_path, save_freq, stop_a
     assert resumed.history == expected.history and resumed.epoch == [0, 1, 2]
     tree_equal(model.get_weights(), expected_weights)
     assert not (tmp_path / "backup").exists()  # delete_checkpoint=True
+
+
+def _sigterm_once(model, hook):
+    """A callback that sends SIGTERM to this process once: in ``on_train_batch_begin`` when 2
+    steps are done (``"mid_epoch"``), or in the first ``on_test_begin`` (``"validation"``)."""
+    sent = []
+
+    def send(*_):
+        if not sent and (hook == "validation" or int(jax.device_get(model.state.step)) == 2):
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    if hook == "validation":
+        return mf.callbacks.LambdaCallback(on_test_begin=send)
+    return mf.callbacks.LambdaCallback(on_train_batch_begin=send)
+
+
+@pytest.mark.parametrize("hook, epoch, step", [("mid_epoch", 0, 4), ("validation", 1, 0)])
+def test_backup_and_restore_saves_on_sigterm_and_resumes_bitwise(grouped, tmp_path, hook,
+                                                                 epoch, step):
+    model, initial = grouped
+    kwargs = {"validation_data": _data(24), "epochs": 3}
+    model.state = model.strategy.replicate_arrays(initial)
+    expected = _fit(model, [], **kwargs)
+    expected_weights = model.get_weights()
+
+    model.state = model.strategy.replicate_arrays(initial)
+    backup = mf.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=100,
+                                           save_before_preemption=True)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(mf.callbacks.Preempted) as raised:
+        _fit(model, [backup, _sigterm_once(model, hook)], **kwargs)
+    assert raised.value.code == mf.callbacks.PREEMPTED_EXIT_CODE == 76
+    assert signal.getsignal(signal.SIGTERM) is before  # fit's handler is gone
+    # 5 steps per epoch in groups of 2 (2, 4, 5 | ...): a SIGTERM while steps 3-4 run saves
+    # after step 4; one during epoch 0's validation saves after it, at the start of epoch 1.
+    (newest, *_) = checkpoint_lib.versions(tmp_path / "backup")
+    info = checkpoint_lib.load(newest).info
+    assert (int(info["epoch"]), int(info["step"])) == (raised.value.epoch, raised.value.step)
+    assert (raised.value.epoch, raised.value.step) == (epoch, step)
+    started = []
+    probe = mf.callbacks.LambdaCallback(on_train_batch_begin=lambda b, logs: started.append(
+        int(jax.device_get(model.state.step))) if not started else None)
+    resumed = _fit(model, [backup, probe], **kwargs)
+    assert started == [epoch * 5 + step]
+    assert resumed.history == expected.history
+    tree_equal(model.get_weights(), expected_weights)
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_backup_and_restore_falls_back_from_a_damaged_backup(model, tmp_path):

@@ -32,6 +32,10 @@ from mirrorfit._src.callbacks.callback import (
     monitor_op,
 )
 from mirrorfit._src.callbacks.contract import ResumePoint
+from mirrorfit._src.distribute.multi_worker.preemption import (
+    PREEMPTED_EXIT_CODE,
+    PreemptionNotice,
+)
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_files, keras_archive
 from mirrorfit._src.saving.directory_lock import DirectoryLock
@@ -147,6 +151,20 @@ class ModelCheckpoint(Callback):
             chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
 
+class Preempted(SystemExit):
+    """``fit`` stopped after a preemption notice, its backup written; exits with
+    `PREEMPTED_EXIT_CODE` unless caught.
+
+    Attributes:
+        epoch: the epoch (0-based) the backup resumes in.
+        step: the step in that epoch (train steps done) the backup resumes at.
+    """
+
+    def __init__(self, epoch: int, step: int):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.epoch, self.step = epoch, step
+
+
 class BackupAndRestore(Callback):
     """Backs up training to ``backup_dir`` and resumes an interrupted ``fit`` exactly.
 
@@ -185,12 +203,25 @@ class BackupAndRestore(Callback):
             ``backup_dir`` itself if nothing else is left in it).
         strict: whether resuming with other training data or another compile configuration
             than the backup's is an error (``True``) or a warning (``False``).
+        save_before_preemption: on a preemption notice (SIGTERM to any process of the job),
+            every process saves a backup at the same step and the process exits with
+            `PREEMPTED_EXIT_CODE` (76); running ``fit`` again resumes from that backup. One
+            process: a SIGTERM handler is installed for the duration of ``fit`` and the backup
+            is taken at the end of the step running when the signal came. Several processes:
+            JAX's preemption sync manager agrees on the step (the step after the furthest
+            process's). A notice in an epoch's last step saves after that epoch's validation.
+            No per-step synchronization is added. See the multi-worker guide for the SLURM
+            and Kubernetes settings.
 
     Raises:
         ValueError: in ``fit``, for a ``backup_dir`` holding files but no backup, or a backup
             whose fingerprints differ from the run's (``strict=True``).
         mirrorfit._src.saving.directory_lock.DirectoryLockedError: in ``fit``, when another
             live run writes ``backup_dir``.
+        RuntimeError: in ``fit``, with ``save_before_preemption=True`` in a multi-process job
+            whose JAX preemption service is disabled.
+        Preempted: (a ``SystemExit`` with code `PREEMPTED_EXIT_CODE`) from ``fit``, after the
+            backup of a preemption notice is written.
         mirrorfit._src.saving.checkpoint.NewerFormatError: in ``fit``, for a backup written by a
             newer mirrorfit.
 
@@ -201,7 +232,8 @@ class BackupAndRestore(Callback):
     """
 
     def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
-                 delete_checkpoint: bool = True, strict: bool = True):
+                 delete_checkpoint: bool = True, strict: bool = True,
+                 save_before_preemption: bool = False):
         super().__init__()
         if not backup_dir:
             raise ValueError("BackupAndRestore needs a backup_dir (a directory for this run's "
@@ -210,6 +242,10 @@ class BackupAndRestore(Callback):
         self.save_freq = check_save_freq(save_freq, "BackupAndRestore")
         self.delete_checkpoint = delete_checkpoint
         self.strict = strict
+        self.save_before_preemption = save_before_preemption
+        self._notice = PreemptionNotice() if save_before_preemption else None
+        self._boundaries = 0  # step boundaries seen by the notice (same on every process)
+        self._preempted = False
         self._fingerprints: dict[str, Any] = {}
         self._last_step = 0
         self._steps_since_save = 0
@@ -222,7 +258,10 @@ class BackupAndRestore(Callback):
         checkpoint_files.check_directory(self.backup_dir, os.fspath(self.backup_dir),
                                          "BackupAndRestore backup_dir")
         self._lock.acquire()  # released in on_train_end or on_train_error
+        self._preempted = False
         self._refuse_foreign_directory()
+        if self._notice is not None:
+            self._notice.install()
         self._fingerprints = self.model.trainer.fingerprints()
         backup = self._latest_valid()
         if backup is None:
@@ -316,6 +355,15 @@ class BackupAndRestore(Callback):
         return None
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._notice is not None:
+            self._boundaries += 1
+            if self._notice.reached(self._boundaries):
+                progress = self.model.trainer.progress
+                if progress.end_of_epoch:  # validation has not run: save after it
+                    self._preempted = True
+                else:
+                    self._save(progress.epoch, progress.step, progress.statistics)
+                    self._exit_preempted(progress.epoch, progress.step)
         if self.save_freq == "epoch":
             return
         progress = self.model.trainer.progress
@@ -327,8 +375,22 @@ class BackupAndRestore(Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._last_step = 0
-        if self.save_freq == "epoch":
+        if self._notice is not None and not self._preempted:
+            self._boundaries += 1  # a notice during validation
+            self._preempted = self._notice.reached(self._boundaries)
+        if self.save_freq == "epoch" or self._preempted:
             self._save(epoch + 1, 0, None, (epoch, logs or {}))
+        if self._preempted:
+            self._exit_preempted(epoch + 1, 0)
+
+    def _exit_preempted(self, epoch: int, step: int) -> None:
+        if self._notice is not None:
+            self._notice.uninstall()
+        chief_print(f"BackupAndRestore: preemption notice; saved a backup in "
+                    f"{os.fspath(self.backup_dir)!r} (it resumes at epoch {epoch + 1}, after "
+                    f"{step} steps of it) and stopping with exit code {PREEMPTED_EXIT_CODE}. "
+                    "Run the same fit again to resume there.")
+        raise Preempted(epoch, step)
 
     def _history(self, ended: tuple[int, dict[str, float]] | None) -> dict[str, Any]:
         """The history so far, with the epoch that just ``ended`` (History may run later)."""
@@ -356,13 +418,17 @@ class BackupAndRestore(Callback):
         checkpoint_lib.save(self.backup_dir, host, info, keep=2,
                             argument="BackupAndRestore backup_dir", lock=self._lock)
 
+    def on_train_error(self, error):
+        if self._notice is not None:
+            self._notice.uninstall()
+        self._lock.release()
+
     def on_train_end(self, logs=None):
+        if self._notice is not None:
+            self._notice.uninstall()
         try:
             self._apply_restored_history()  # a backup after the last epoch resumes no epoch
             if self.delete_checkpoint and jax.process_index() == 0:
                 checkpoint_files.remove_checkpoints(self.backup_dir)
         finally:
             self._lock.release()
-
-    def on_train_error(self, error):
-        self._lock.release()

@@ -15,13 +15,21 @@ seed of x and y) take one value, or one
 per rank separated by commas (to start mismatched processes).
 
 ``--kill-rank R --kill-at-step K``: process R SIGKILLs itself after global step K.
+``--term-rank R --term-at-step K``: on the first run of the job (``MIRRORFIT_RESTART_COUNT``
+0), process R sends itself SIGTERM after global step K and then slows each of its steps by
+0.25 s (so that the job cannot finish before the processes agree on a step), with
+``BackupAndRestore(save_before_preemption=True)``. Each process that stops on the notice
+writes ``OUT_DIR/preempted-<rank>.json``: the epoch and step its backup resumes at and the
+global step.
 ``--backup``: train with ``BackupAndRestore(OUT_DIR/backup, save_freq=4)`` and a CSVLogger
 (``OUT_DIR/log-<rank>.csv``).
 """
 
 import argparse
+import json
 import os
 import signal
+import time
 
 import flax.linen as nn
 import grain
@@ -37,17 +45,32 @@ PP_ROWS = 40  # rows of the per-process inputs (20 per process)
 class Killer(mf.callbacks.Callback):
     """Records the step training started from; SIGKILLs the process at ``kill_at``."""
 
-    def __init__(self, kill_at):
+    def __init__(self, kill_at, term_at=None, out=None):
         super().__init__()
         self.kill_at, self.first_step = kill_at, None
+        self.term_at, self.out, self.termed = term_at, out, False
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.first_step is None:
             self.first_step = int(self.model.strategy.fetch(self.model.state.step))
+        if self.termed:
+            time.sleep(0.25)
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.strategy.fetch(self.model.state.step)) == self.kill_at:
+        step = int(self.model.strategy.fetch(self.model.state.step))
+        if step == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
+        if step == self.term_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+            self.termed = True
+
+    def on_train_error(self, error):
+        if isinstance(error, mf.callbacks.Preempted) and self.out is not None:
+            record = {"epoch": error.epoch, "step": error.step,
+                      "global_step": int(self.model.strategy.fetch(self.model.state.step))}
+            path = os.path.join(self.out, f"preempted-{jax.process_index()}.json")
+            with open(path, "w") as file:
+                json.dump(record, file)
 
 
 def rows_from_function(strategy, x):
@@ -137,6 +160,8 @@ def main():
     parser.add_argument("--hidden", default="16")
     parser.add_argument("--kill-rank", type=int, default=-1)
     parser.add_argument("--kill-at-step", type=int, default=-1)
+    parser.add_argument("--term-rank", type=int, default=-1)
+    parser.add_argument("--term-at-step", type=int, default=-1)
     parser.add_argument("--backup", action="store_true")
     parser.add_argument("--data-seed", default="0")
     args = parser.parse_args()
@@ -150,11 +175,15 @@ def main():
         model = mf.Sequential([nn.Dense(per_rank(args.hidden, rank)), nn.relu, nn.Dense(3),
                                nn.softmax], input_shape=(8,), seed=1)
         model.compile("adam", "sparse_categorical_crossentropy", ["accuracy"])
-    killer = Killer(args.kill_at_step if rank == args.kill_rank else None)
+    first_run = os.environ.get("MIRRORFIT_RESTART_COUNT", "0") == "0"
+    term = rank == args.term_rank and first_run
+    killer = Killer(args.kill_at_step if rank == args.kill_rank else None,
+                    args.term_at_step if term else None, args.out)
     callbacks = [killer]
     if args.backup:
         callbacks = [mf.callbacks.BackupAndRestore(os.path.join(args.out, "backup"),
-                                                   save_freq=4),
+                                                   save_freq=4,
+                                                   save_before_preemption=args.term_rank >= 0),
                      mf.callbacks.CSVLogger(os.path.join(args.out, f"log-{rank}.csv"))
                      ] + callbacks
     history = model.fit(x, y, batch_size=per_rank(args.batch, rank), epochs=EPOCHS,

@@ -177,6 +177,31 @@ def test_restart_after_worker_killed_resumes_and_matches_uninterrupted(killed, j
                 np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
 
 
+def test_sigterm_to_one_worker_both_save_same_step_launcher_restarts_and_matches(tmp_path, job):
+    # Process 1 gets SIGTERM after global step 4; JAX's preemption sync manager has both
+    # processes save at the same later step and exit with 76; --max-restarts 1 starts the job
+    # again, which resumes from that backup and ends as the uninterrupted job, bit for bit.
+    done = subprocess.run(
+        [sys.executable, "-m", "mirrorfit.launch", "--nproc", "2", "--cpu-devices", "2",
+         "--max-restarts", "1", SCRIPT, str(tmp_path), "--backup", "--term-rank", "1",
+         "--term-at-step", "4"], env=_env(), capture_output=True, text=True, timeout=240,
+        cwd=ROOT, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert output.count("[launch] restarting the job (1 of --max-restarts=1)") == 1, output
+    assert f"exited with code {mf.callbacks.PREEMPTED_EXIT_CODE}" in output
+    saved = [json.loads((tmp_path / f"preempted-{rank}.json").read_text()) for rank in (0, 1)]
+    assert saved[0] == saved[1], saved  # the same step on both processes
+    assert saved[0]["global_step"] > 4
+    assert saved[0]["global_step"] == saved[0]["epoch"] * 8 + saved[0]["step"]
+    for resumed, uninterrupted in zip(_results(tmp_path), job[2]):
+        assert int(resumed["first_step"]) == saved[0]["global_step"]
+        for key in uninterrupted:
+            if key != "first_step":
+                np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
+    assert not (tmp_path / "backup").exists()
+
+
 def test_mismatched_batch_size_and_model_fail_fast_naming_them(tmp_path):
     code, output, seconds = _launch(tmp_path, "--batch", "16,32", "--hidden", "16,8",
                                     "--data-seed", "0,1")
