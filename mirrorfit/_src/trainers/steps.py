@@ -34,7 +34,7 @@ from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import share_of_sum
-from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite, at_floor
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.state import TrainState, step_rng
@@ -73,7 +73,9 @@ class BuiltinSteps(StepFamily):
         same all-reduce (one statistics entry). If any replica had a non-finite gradient,
         every replica skips the update: params, other collections and the inner optimizer
         state stay as they were, the scale halves
-        (`LossScaleOptimizer.handle_non_finite_grads`) and ``step`` advances.
+        (`LossScaleOptimizer.handle_non_finite_grads`, not below its floor) and ``step``
+        advances; a step skipped with the scale already at its floor is counted
+        (`stats_lib.SKIPPED_AT_FLOOR`, warned about once per fit).
         """
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
@@ -139,6 +141,11 @@ class BuiltinSteps(StepFamily):
             if scaler is not None:  # the newest scale, not a sum
                 statistics = statistics.at[stats_lib.flat_offset(
                     local_stats, stats_lib.LOSS_SCALE)].set(new_state.opt_state.dynamic_scale)
+                skipped_at_floor = jnp.logical_and(unflatten(stats)[stats_lib.NON_FINITE] > 0,
+                                                   at_floor(state.opt_state))
+                statistics = statistics.at[stats_lib.flat_offset(
+                    local_stats, stats_lib.SKIPPED_AT_FLOOR)].add(
+                        skipped_at_floor.astype(jnp.float32))
             return new_state, statistics
 
         return step

@@ -87,6 +87,37 @@ def test_slurm_variables_are_detected_through_jax(monkeypatch):
             config.source) == ("node007:4321", 2, 1, "slurm")
 
 
+_SLURM_STEP = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_PROCID": "1",
+               "SLURM_LOCALID": "1"}
+
+
+@pytest.mark.parametrize("node_list", ["", "  ", None, "[001-004]"])
+def test_slurm_step_of_several_tasks_without_a_node_list_fails_before_jax_starts(
+        monkeypatch, node_list):
+    # Blank, JAX would wait for ':port' until the 300 s timeout; unset, JAX ignores SLURM
+    # and each of the 4 tasks would train alone.
+    for name, value in _SLURM_STEP.items():
+        monkeypatch.setenv(name, value)
+    if node_list is not None:
+        monkeypatch.setenv("SLURM_STEP_NODELIST", node_list)
+    monkeypatch.setenv("MIRRORFIT_INIT_TIMEOUT", "1")
+    from jax._src import distributed
+
+    with pytest.raises(ValueError, match=r"SLURM_STEP_NODELIST must name the nodes.*"
+                       r"SLURM_NTASKS=4.*srun.*Received: SLURM_STEP_NODELIST="):
+        mf.MultiWorkerMirroredStrategy()
+    assert distributed.global_state.client is None  # JAX was not touched
+
+
+def test_slurm_without_a_node_list_still_runs_one_task_or_an_explicit_single_process(
+        monkeypatch):
+    for name, value in {**_SLURM_STEP, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert cluster.resolve().num_processes == 1  # one task: nothing to coordinate
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert cluster.resolve(num_processes=1, process_id=0).num_processes == 1
+
+
 _BAD_ENV = [
     ("MIRRORFIT_INIT_TIMEOUT", "-5"),
     ("MIRRORFIT_INIT_TIMEOUT", "soon"),
