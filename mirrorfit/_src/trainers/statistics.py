@@ -31,7 +31,8 @@ from mirrorfit._src.trainers.step_family import StepConfig
 NOT_PROBABILITIES = "_not_probabilities"
 """Statistics key: count of examples whose outputs were not probabilities."""
 NON_FINITE = "_non_finite"
-"""Statistics key (loss scaling): replicas whose gradients were not all finite, summed."""
+"""Statistics key (loss scaling, or ``StepConfig.check_numerics``): replicas whose gradients
+were not all finite, summed."""
 LOSS_SCALE = "_loss_scale"
 """Statistics key (loss scaling): the loss scale after the newest train step (not a sum)."""
 SKIPPED_AT_FLOOR = "_skipped_at_floor"
@@ -107,6 +108,8 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     if isinstance(cfg.optimizer, LossScaleOptimizer):  # set by the train step; 0 elsewhere
         stats[NON_FINITE] = stats[LOSS_SCALE] = stats[SKIPPED_AT_FLOOR] = jnp.zeros(
             (), jnp.float32)
+    elif getattr(cfg, "check_numerics", False):
+        stats[NON_FINITE] = jnp.zeros((), jnp.float32)
     return stats
 
 
