@@ -219,3 +219,28 @@ def test_unreachable_coordinator_times_out_naming_it():
     assert isinstance(errors[1], TimeoutError)
     assert f"process 0 (the coordinator at {address}) did not accept a connection" in str(
         errors[1])
+
+
+class _FakeProcess:
+    """A `subprocess.Popen` stand-in for the launcher's supervisor: ``poll`` returns
+    ``returncode`` (None: running until ``kill``, then -9)."""
+
+    def __init__(self, returncode):
+        self.returncode = returncode
+
+    def poll(self):
+        return self.returncode
+
+    def kill(self):
+        self.returncode = -9
+
+
+def test_launcher_names_the_sigkilled_worker_even_when_process_0_is_seen_exiting_first():
+    # Worker 1 is SIGKILLed; process 0 loses its peer and exits with code 1 within the same
+    # 50 ms poll, so both are seen at once, rank 0 first: the job must blame worker 1.
+    assert launch._supervise([_FakeProcess(1), _FakeProcess(-9)]) == (137, 1)
+
+
+def test_launcher_does_not_blame_a_process_it_killed_itself(monkeypatch):
+    monkeypatch.setattr(launch, "GRACE_SECONDS", 0.0)
+    assert launch._supervise([_FakeProcess(1), _FakeProcess(None)]) == (1, 0)
