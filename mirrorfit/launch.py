@@ -130,10 +130,14 @@ def _exit_code(returncode: int) -> int:
 def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int | None]:
     """Waits for every process; returns (exit code, failing rank or None).
 
-    The failing rank is the first to exit non-zero, preferring a process that failed on its
-    own over one that stopped because a peer failed (`PEER_FAILED_EXIT_CODE`).
+    The failing rank is the first to exit non-zero, preferring a process killed by a signal
+    that this launcher did not send (SIGKILL, the OOM killer: it has no traceback, and the
+    others fail because it vanished, some of them with code 1 in the same 50 ms poll), then a
+    process that failed on its own over one that stopped because a peer failed
+    (`PEER_FAILED_EXIT_CODE`).
     """
     failures: list[tuple[int, int]] = []  # (rank, exit code), in order of exit
+    signalled: set[int] = set()  # ranks killed by a signal that this launcher did not send
     running, kill_at = set(range(len(procs))), None
     while running:
         for rank in sorted(running):
@@ -143,6 +147,8 @@ def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int | None]:
             running.discard(rank)
             if returncode != 0:
                 failures.append((rank, _exit_code(returncode)))
+                if returncode < 0 and (kill_at is None or time.monotonic() < kill_at):
+                    signalled.add(rank)
                 kill_at = kill_at or time.monotonic() + GRACE_SECONDS
         if kill_at is not None and time.monotonic() >= kill_at:
             for rank in running:
@@ -150,8 +156,9 @@ def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int | None]:
         time.sleep(0.05)
     if not failures:
         return 0, None
+    killed = [f for f in failures if f[0] in signalled]
     own = [f for f in failures if f[1] != PEER_FAILED_EXIT_CODE]
-    rank, code = (own or failures)[0]
+    rank, code = (killed or own or failures)[0]
     return code, rank
 
 

@@ -14,6 +14,7 @@ import signal
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -104,6 +105,78 @@ def test_terminate_on_nan_stops_at_the_first_nan_step(model):
     assert seen == [0, 1, 2]
     assert int(model.state.step) == 3
     assert history.epoch == [0] and math.isnan(history.history["loss"][0])
+
+
+@jax.custom_vjp
+def _nan_grad_above_100(x):
+    """Identity forward; the gradient is NaN on rows with a value above 100."""
+    return x
+
+
+def _nan_grad_fwd(x):
+    return x, jnp.any(x > 100, axis=-1, keepdims=True)
+
+
+def _nan_grad_bwd(marked, g):
+    return (jnp.where(marked, jnp.nan, g),)
+
+
+_nan_grad_above_100.defvjp(_nan_grad_fwd, _nan_grad_bwd)
+
+
+class _NanGradNet(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.softmax(nn.Dense(2)(_nan_grad_above_100(nn.Dense(4)(x))))
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 2])
+def test_terminate_on_nan_stops_before_applying_nan_gradients_of_a_finite_loss(
+        steps_per_execution, capsys):
+    # Step 3's gradients are NaN (a custom op), its loss is finite: the step is not applied,
+    # fit stops there (at the end of its group of 2), and the params are those after step 2.
+    x, y = _data()
+    x[3 * BATCH + 1] = 500.0
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.Model(_NanGradNet(), input_shape=(4,), seed=2)
+        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy",
+                      steps_per_execution=steps_per_execution)
+    params, losses = [], []
+    record = mf.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: (
+        params.append(jax.device_get(model.params)), losses.append(logs["loss"])))
+    history = model.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, shuffle=False,
+                        callbacks=[mf.callbacks.TerminateOnNaN(), record])
+    assert history.epoch == [0]
+    assert all(math.isfinite(loss) for loss in losses)
+    if steps_per_execution == 1:
+        assert len(params) == 4  # batches 0..3
+        assert "Epoch 1, batch 3: non-finite gradients" in capsys.readouterr().out
+    else:
+        assert len(params) == 2  # groups {0, 1} and {2, 3}
+        assert "Epoch 1, batch in 2..3: non-finite gradients" in capsys.readouterr().out
+    tree_equal(params[-1], _params_after_steps(x, y, 3))
+    assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(model.params))
+
+
+def _params_after_steps(x, y, steps):
+    """The params of a fresh `_NanGradNet` model after ``steps`` finite steps."""
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.Model(_NanGradNet(), input_shape=(4,), seed=2)
+        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+    model.fit(x[:steps * BATCH], y[:steps * BATCH], batch_size=BATCH, epochs=1, verbose=0,
+              shuffle=False)
+    return jax.device_get(model.params)
+
+
+def test_without_terminate_on_nan_nan_gradients_of_a_finite_loss_are_applied():
+    # The check is off by default (no extra host read per step): the NaN reaches the params.
+    x, y = _data()
+    x[3 * BATCH + 1] = 500.0
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.Model(_NanGradNet(), input_shape=(4,), seed=2)
+        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False)
+    assert not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(model.params))
 
 
 # -- ModelCheckpoint --------------------------------------------------------------------------

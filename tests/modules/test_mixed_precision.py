@@ -269,3 +269,37 @@ def test_load_model_restores_dtype_policy_and_loss_scale_state(tmp_path, optimiz
     assert saved != (restored_optimizer.initial_scale, 0)  # fit changed the scale or counter
     assert loaded == saved
     allclose(restored.get_weights(), model.get_weights(), rtol=0, atol=0)
+
+
+def test_loss_scale_halves_down_to_its_floor_and_no_further():
+    opt = LSO(mf.optimizers.SGD(0.1), initial_scale=4.0)
+    state = opt.init(jnp.zeros(2))
+    scales = []
+    for _ in range(4):
+        updates, state = opt.update(jnp.array([jnp.nan, 1.0]), state)
+        assert np.array_equal(updates, np.zeros(2))
+        scales.append(float(state.dynamic_scale))
+    assert scales == [2.0, 1.0, 1.0, 1.0]
+    # A scale that starts below the floor is not raised to it, nor lowered.
+    low = LSO(mf.optimizers.SGD(0.1), initial_scale=0.25)
+    assert float(low.update(jnp.array([jnp.inf]), low.init(jnp.zeros(1)))[1].dynamic_scale) \
+        == 0.25
+
+
+def test_float16_overflow_on_every_step_keeps_the_scale_at_its_floor_and_warns_once():
+    # Inputs beyond float16's range (65504) are inf in the float16 compute: every gradient is
+    # non-finite. Without a floor the scale would reach 0 after ~150 halvings and vanish from
+    # the logs; with it the scale stops at 1, every step is skipped and fit warns once.
+    x = np.full((40 * 8, 4), 1e6, np.float32)
+    y = np.zeros(40 * 8, np.float32)
+    with mirrored_strategy(2).scope():
+        model = mf.Model(nn.Dense(1), input_shape=(4,), dtype_policy="mixed_float16")
+        model.compile("sgd", "mse")
+    before = model.get_weights()
+    with pytest.warns(mf.MirrorfitWarning, match="loss scale already at its floor") as record:
+        history = model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+    assert sum("floor" in str(w.message) for w in record) == 1
+    assert history.history["loss_scale"] == [1.0, 1.0, 1.0]
+    assert float(model.state.opt_state.dynamic_scale) == 1.0
+    tree_equal(model.get_weights(), before)  # every update skipped, weights finite
+    assert all(np.isfinite(w).all() for w in jax.tree.leaves(model.get_weights()))

@@ -84,7 +84,10 @@ class EarlyStopping(Callback):
 class TerminateOnNaN(Callback):
     """Stops training at the first step whose loss is NaN or infinite.
 
-    It reads the loss after every step, so it syncs with the device once per step.
+    It reads the loss after every step, so it syncs with the device once per step. Its
+    presence also makes ``fit`` check the gradients inside the compiled step (without loss
+    scaling): a step whose gradients are not all finite, even with a finite loss, is not
+    applied, and training stops there with a line naming the batch.
     """
 
     def on_train_batch_end(self, batch, logs=None):

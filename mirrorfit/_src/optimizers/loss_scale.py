@@ -7,7 +7,9 @@ float16 gradients of small losses underflow to zero; multiplying the loss by a l
 scale before the inner optimizer sees them. The scale adapts:
 
 * a step with a non-finite gradient is skipped (params and inner state unchanged) and the
-  scale halves;
+  scale halves, but not below `MIN_LOSS_SCALE` (1, tf.keras' floor): a scale of 0 would
+  make the unscaled gradients NaN, and overflows that no scale cures are reported, not hidden
+  (``fit`` warns when a step is skipped at the floor);
 * after ``dynamic_growth_steps`` finite steps in a row, the scale doubles.
 
 The scale and its counter live in the optimizer state, so checkpoints and resumes carry
@@ -27,6 +29,10 @@ from jax import lax
 
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.utils.checks import positive_int
+
+MIN_LOSS_SCALE = 1.0
+"""The floor of the dynamic loss scale: halving stops there (as tf.keras' ``maximum(scale /
+2, 1)``); a scale that starts below it is never raised to it."""
 
 
 class LossScaleState(NamedTuple):
@@ -58,8 +64,16 @@ def _finite_update(inner: optax.GradientTransformationExtraArgs, growth_steps: i
         inner_state=inner_state)
 
 
+def at_floor(state: LossScaleState) -> jax.Array:
+    """bool ``[]``: whether the scale is at (or, from an initial scale below it, under) its
+    floor `MIN_LOSS_SCALE`: a non-finite gradient now is skipped without lowering it."""
+    return state.dynamic_scale <= MIN_LOSS_SCALE
+
+
 def _non_finite_update(state: LossScaleState) -> LossScaleState:
-    return state._replace(dynamic_scale=state.dynamic_scale * 0.5,
+    scale = state.dynamic_scale
+    halved = jnp.maximum(scale * 0.5, jnp.minimum(scale, MIN_LOSS_SCALE))
+    return state._replace(dynamic_scale=halved,
                           step_counter=jnp.zeros_like(state.step_counter))
 
 
@@ -70,7 +84,8 @@ class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
     ``Model.compile`` wraps its optimizer in one automatically under the
     ``"mixed_float16"`` policy. ``update(grads, state, params)`` takes the gradients of the
     *scaled* loss (`scale_loss`), divides them by the scale and, if all are finite, applies
-    the inner optimizer; otherwise it returns zero updates and halves the scale.
+    the inner optimizer; otherwise it returns zero updates and halves the scale, down to
+    `MIN_LOSS_SCALE` (1.0) at the lowest.
 
     Args:
         inner_optimizer: the ``optax.GradientTransformation`` (e.g. an ``mf.optimizers``
@@ -154,7 +169,8 @@ class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
                               extra_args)
 
     def handle_non_finite_grads(self, state: LossScaleState) -> LossScaleState:
-        """The state after a skipped step: the scale halves, the counter restarts."""
+        """The state after a skipped step: the scale halves (not below `MIN_LOSS_SCALE`), the
+        counter restarts."""
         return _non_finite_update(state)
 
     def get_config(self) -> dict[str, Any]:

@@ -24,16 +24,27 @@ from jax.flatten_util import ravel_pytree
 
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.losses.losses import NOT_PROBABILITIES_WARNING
-from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
+from mirrorfit._src.optimizers.loss_scale import MIN_LOSS_SCALE, LossScaleOptimizer
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.step_family import StepConfig
 
 NOT_PROBABILITIES = "_not_probabilities"
 """Statistics key: count of examples whose outputs were not probabilities."""
 NON_FINITE = "_non_finite"
-"""Statistics key (loss scaling): replicas whose gradients were not all finite, summed."""
+"""Statistics key (loss scaling, or ``StepConfig.check_numerics``): replicas whose gradients
+were not all finite, summed."""
 LOSS_SCALE = "_loss_scale"
 """Statistics key (loss scaling): the loss scale after the newest train step (not a sum)."""
+SKIPPED_AT_FLOOR = "_skipped_at_floor"
+"""Statistics key (loss scaling): train steps skipped for non-finite gradients while the loss
+scale was already at its floor (`MIN_LOSS_SCALE`), counted once per step."""
+LOSS_SCALE_FLOOR_WARNING = (
+    "Training under the 'mixed_float16' policy skipped {count} step(s) for non-finite "
+    "gradients with the loss scale already at its floor of {floor:g}: these gradients overflow "
+    "float16 (or are NaN) whatever the scale, and the weights are not updated on such steps. "
+    "Lower the learning rate, normalize the inputs, clip the gradients, or use "
+    "'mixed_bfloat16' or 'float32'.")
+"""Warning (once per fit) when a train step was skipped at the loss scale's floor."""
 
 
 def masked_sum(values: jax.Array, weight: jax.Array) -> jax.Array:
@@ -95,7 +106,10 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     if out_of_range is not None:
         stats[input_checks.LABELS_OUT_OF_RANGE] = out_of_range
     if isinstance(cfg.optimizer, LossScaleOptimizer):  # set by the train step; 0 elsewhere
-        stats[NON_FINITE] = stats[LOSS_SCALE] = jnp.zeros((), jnp.float32)
+        stats[NON_FINITE] = stats[LOSS_SCALE] = stats[SKIPPED_AT_FLOOR] = jnp.zeros(
+            (), jnp.float32)
+    elif getattr(cfg, "check_numerics", False):
+        stats[NON_FINITE] = jnp.zeros((), jnp.float32)
     return stats
 
 
@@ -121,8 +135,12 @@ def compiled_results(cfg: StepConfig, stats: dict) -> dict[str, Any]:
 
 def statistics_warnings(cfg: StepConfig, stats: dict) -> dict[str, str]:
     """Warnings that accumulated statistics call for, by statistics key (shown once per fit):
-    outputs that were not probabilities, sparse labels outside the classes."""
+    outputs that were not probabilities, sparse labels outside the classes, train steps
+    skipped with the loss scale at its floor."""
     found = {}
+    if stats.get(SKIPPED_AT_FLOOR, 0) > 0:
+        found[SKIPPED_AT_FLOOR] = LOSS_SCALE_FLOOR_WARNING.format(
+            count=int(stats[SKIPPED_AT_FLOOR]), floor=MIN_LOSS_SCALE)
     if stats.get(NOT_PROBABILITIES, 0) > 0:
         name = getattr(cfg.loss, "name", type(cfg.loss).__name__)
         found[NOT_PROBABILITIES] = NOT_PROBABILITIES_WARNING.format(name=name)

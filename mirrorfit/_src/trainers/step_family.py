@@ -47,6 +47,9 @@ class StepConfig(NamedTuple):
     optimizer: optax.GradientTransformation
     weighted_metrics: Sequence[Any]  # metrics weighted by sample_weight (and the mask)
     family: StepFamily  # the steps this model runs (`model_hooks.step_family_for`)
+    # Whether the built-in train step checks its gradients for NaN/inf and skips the update
+    # of a non-finite step and of every later one in the epoch (``fit`` with TerminateOnNaN).
+    check_numerics: bool = False
 
 
 class StepFamily(abc.ABC):

@@ -34,7 +34,7 @@ from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import share_of_sum
-from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite, at_floor
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.state import TrainState, step_rng
@@ -73,7 +73,15 @@ class BuiltinSteps(StepFamily):
         same all-reduce (one statistics entry). If any replica had a non-finite gradient,
         every replica skips the update: params, other collections and the inner optimizer
         state stay as they were, the scale halves
-        (`LossScaleOptimizer.handle_non_finite_grads`) and ``step`` advances.
+        (`LossScaleOptimizer.handle_non_finite_grads`, not below its floor) and ``step``
+        advances; a step skipped with the scale already at its floor is counted
+        (`stats_lib.SKIPPED_AT_FLOOR`, warned about once per fit).
+
+        With ``cfg.check_numerics`` (and no loss scaling), the same flag is computed and
+        all-reduced, and a step whose gradients are not all finite on some replica, and every
+        later step of the epoch, leaves the state as it was but for ``step``, which advances
+        as for a skipped loss-scaling step: ``fit`` reads the flag after the step and stops
+        training there.
         """
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
@@ -99,7 +107,7 @@ class BuiltinSteps(StepFamily):
                 objective, has_aux=True)(state.params)
             local_stats = stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example,
                                                         batch, extra)
-            if scaler is not None:
+            if scaler is not None or cfg.check_numerics:
                 local_stats[stats_lib.NON_FINITE] = 1.0 - all_finite(local_grads).astype(
                     jnp.float32)
             stats, unflatten = stats_lib.flatten(local_stats)
@@ -128,6 +136,12 @@ class BuiltinSteps(StepFamily):
                                       step=state.step + 1)
 
             def update_if_finite(state: TrainState) -> TrainState:
+                if scaler is None and cfg.check_numerics:
+                    # Non-finite now or earlier in the epoch: keep the state as it was.
+                    seen = statistics[stats_lib.flat_offset(local_stats, stats_lib.NON_FINITE)]
+                    finite = seen + unflatten(stats)[stats_lib.NON_FINITE] == 0
+                    return lax.cond(finite, update,
+                                    lambda state: state._replace(step=state.step + 1), state)
                 if scaler is None:
                     return update(state)
                 return lax.cond(unflatten(stats)[stats_lib.NON_FINITE] == 0, update, skip, state)
@@ -139,6 +153,11 @@ class BuiltinSteps(StepFamily):
             if scaler is not None:  # the newest scale, not a sum
                 statistics = statistics.at[stats_lib.flat_offset(
                     local_stats, stats_lib.LOSS_SCALE)].set(new_state.opt_state.dynamic_scale)
+                skipped_at_floor = jnp.logical_and(unflatten(stats)[stats_lib.NON_FINITE] > 0,
+                                                   at_floor(state.opt_state))
+                statistics = statistics.at[stats_lib.flat_offset(
+                    local_stats, stats_lib.SKIPPED_AT_FLOOR)].add(
+                        skipped_at_floor.astype(jnp.float32))
             return new_state, statistics
 
         return step

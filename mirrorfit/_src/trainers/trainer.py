@@ -45,6 +45,7 @@ from mirrorfit._src.callbacks.callback import (
     History,
     LazyLogs,
     checked_callbacks,
+    chief_print,
 )
 from mirrorfit._src.callbacks.contract import Progress, ResumePoint, StepCost, TrainingLoop
 from mirrorfit._src.callbacks.progbar import ProgbarLogger
@@ -53,7 +54,7 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.optimizers.options import finalize_variable_values
-from mirrorfit._src.trainers import fingerprint, step_cost
+from mirrorfit._src.trainers import fingerprint, numerics, step_cost
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -259,6 +260,11 @@ class Trainer(TrainingLoop):
         callback_list = self.callback_list(model, callbacks, verbose=verbose, steps=train.steps,
                                            epochs=epochs, history=history,
                                            batch_size=train.batch_size)
+        if self.config is not None:  # TerminateOnNaN: check gradients inside the step
+            checked = numerics.wants_check_numerics(callback_list, self.config)
+            if self.config.check_numerics != checked:
+                self.configure(self.config._replace(check_numerics=checked),
+                               self.steps_per_execution)
         model.stop_training = False
         model.history = history
         self._warned = set()
@@ -325,6 +331,11 @@ class Trainer(TrainingLoop):
             step += group
             done = step if data.steps is None else min(step, data.steps)
             self.progress = Progress(epoch, done, batch is None, statistics)
+            if self.config is not None and self.config.check_numerics and \
+                    numerics.non_finite_seen(self._layouts["train"][0],
+                                             np.asarray(self.strategy.fetch(statistics))):
+                chief_print(numerics.stop_message(epoch, done, group))
+                model.stop_training = True
             callbacks.on_train_batch_end(done - 1, LazyLogs(statistics, self._decode))
             if model.stop_training:
                 break

@@ -87,6 +87,37 @@ def test_slurm_variables_are_detected_through_jax(monkeypatch):
             config.source) == ("node007:4321", 2, 1, "slurm")
 
 
+_SLURM_STEP = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_PROCID": "1",
+               "SLURM_LOCALID": "1"}
+
+
+@pytest.mark.parametrize("node_list", ["", "  ", None, "[001-004]"])
+def test_slurm_step_of_several_tasks_without_a_node_list_fails_before_jax_starts(
+        monkeypatch, node_list):
+    # Blank, JAX would wait for ':port' until the 300 s timeout; unset, JAX ignores SLURM
+    # and each of the 4 tasks would train alone.
+    for name, value in _SLURM_STEP.items():
+        monkeypatch.setenv(name, value)
+    if node_list is not None:
+        monkeypatch.setenv("SLURM_STEP_NODELIST", node_list)
+    monkeypatch.setenv("MIRRORFIT_INIT_TIMEOUT", "1")
+    from jax._src import distributed
+
+    with pytest.raises(ValueError, match=r"SLURM_STEP_NODELIST must name the nodes.*"
+                       r"SLURM_NTASKS=4.*srun.*Received: SLURM_STEP_NODELIST="):
+        mf.MultiWorkerMirroredStrategy()
+    assert distributed.global_state.client is None  # JAX was not touched
+
+
+def test_slurm_without_a_node_list_still_runs_one_task_or_an_explicit_single_process(
+        monkeypatch):
+    for name, value in {**_SLURM_STEP, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert cluster.resolve().num_processes == 1  # one task: nothing to coordinate
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert cluster.resolve(num_processes=1, process_id=0).num_processes == 1
+
+
 _BAD_ENV = [
     ("MIRRORFIT_INIT_TIMEOUT", "-5"),
     ("MIRRORFIT_INIT_TIMEOUT", "soon"),
@@ -188,3 +219,28 @@ def test_unreachable_coordinator_times_out_naming_it():
     assert isinstance(errors[1], TimeoutError)
     assert f"process 0 (the coordinator at {address}) did not accept a connection" in str(
         errors[1])
+
+
+class _FakeProcess:
+    """A `subprocess.Popen` stand-in for the launcher's supervisor: ``poll`` returns
+    ``returncode`` (None: running until ``kill``, then -9)."""
+
+    def __init__(self, returncode):
+        self.returncode = returncode
+
+    def poll(self):
+        return self.returncode
+
+    def kill(self):
+        self.returncode = -9
+
+
+def test_launcher_names_the_sigkilled_worker_even_when_process_0_is_seen_exiting_first():
+    # Worker 1 is SIGKILLed; process 0 loses its peer and exits with code 1 within the same
+    # 50 ms poll, so both are seen at once, rank 0 first: the job must blame worker 1.
+    assert launch._supervise([_FakeProcess(1), _FakeProcess(-9)]) == (137, 1)
+
+
+def test_launcher_does_not_blame_a_process_it_killed_itself(monkeypatch):
+    monkeypatch.setattr(launch, "GRACE_SECONDS", 0.0)
+    assert launch._supervise([_FakeProcess(1), _FakeProcess(None)]) == (1, 0)

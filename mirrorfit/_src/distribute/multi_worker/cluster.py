@@ -33,6 +33,14 @@ TF_CONFIG_ENV = "TF_CONFIG"
 # Read by JAX's SLURM detection (`jax._src.clusters.SlurmCluster`); checked here first.
 SLURM_INT_ENVS = ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
 JAX_COORDINATOR_PORT_ENV = "JAX_COORDINATOR_PORT"
+SLURM_NODE_LIST_ENV = "SLURM_STEP_NODELIST"  # JAX takes process 0's host from its first name
+SLURM_NODE_LIST_ERROR = (
+    "SLURM_STEP_NODELIST must name the nodes of this job step (e.g. 'node[001-004]'; srun "
+    "sets it): SLURM_NTASKS={tasks} says the step has {tasks} tasks, but without a usable "
+    "node list the coordinator (process 0's host) is unknown, and each task would wait for "
+    "it until the initialization timeout or train alone. Start the tasks with srun, or set "
+    f"{COORDINATOR_ENV}, {NUM_PROCESSES_ENV} and {PROCESS_ID_ENV} (or TF_CONFIG), or pass "
+    "num_processes=1 to train as one process. Received: SLURM_STEP_NODELIST={node_list!r}")
 
 DEFAULT_INIT_TIMEOUT = 300  # seconds to wait for every process to join
 DEFAULT_HEARTBEAT_TIMEOUT = 100  # seconds without a heartbeat before a process counts as dead
@@ -151,6 +159,25 @@ def check_environment() -> None:
             _int(os.environ[name], name, minimum=0, what="set by SLURM's srun")
     if (value := _env(TF_CONFIG_ENV)) is not None:
         _parse_tf_config(value)
+
+
+def check_slurm_node_list() -> None:
+    """Checks that a SLURM step of several tasks names its nodes, before JAX waits on them.
+
+    JAX's SLURM detection takes the coordinator's host from the first name in
+    ``SLURM_STEP_NODELIST``: blank, it waits for ``:port`` until the initialization timeout;
+    unset, it ignores SLURM and each task would train alone as one process.
+
+    Raises:
+        ValueError: if ``SLURM_JOB_ID`` is set and ``SLURM_NTASKS`` is above 1 while
+            ``SLURM_STEP_NODELIST`` is unset, blank, or starts with no host name.
+    """
+    if "SLURM_JOB_ID" not in os.environ or (ntasks := _env("SLURM_NTASKS")) is None:
+        return
+    tasks = _int(ntasks, "SLURM_NTASKS", minimum=0, what="set by SLURM's srun")
+    node_list = os.environ.get(SLURM_NODE_LIST_ENV)
+    if tasks > 1 and (node_list is None or node_list.strip()[:1] in ("", ",", "[")):
+        raise ValueError(SLURM_NODE_LIST_ERROR.format(tasks=tasks, node_list=node_list))
 
 
 def gloo_logs_shown() -> bool:
@@ -286,6 +313,8 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
         address = (spec.get("chief") or spec["worker"])[0]
         num_processes = sum(len(v) for v in spec.values())
         process_id, source = tf_process_id, TF_CONFIG_ENV
+    if address is None and num_processes != 1:
+        check_slurm_node_list()
     if address is None:
         detected, count, index, name = _auto_detect(init_timeout)
         if detected is not None:

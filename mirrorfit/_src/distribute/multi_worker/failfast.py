@@ -61,7 +61,8 @@ class _Watch:
                                        daemon=True)
 
     def _failure(self) -> str | None:
-        """The failure record ``"<process id> <exit code>"``, or None if no process failed."""
+        """The failure record ``"<process id> <exit code>"`` (with ``" lost"`` when that process
+        only lost a peer that died without a traceback), or None if no process failed."""
         try:
             return self.client.key_value_try_get(_FAILED_KEY)
         except Exception:  # noqa: BLE001 - NOT_FOUND; the runtime raises one error type
@@ -105,15 +106,21 @@ class _Watch:
                   file=sys.stderr, flush=True)
         code = 130 if issubclass(exc_type, KeyboardInterrupt) else 1
         with contextlib.suppress(Exception):  # another process failed first, or no service
-            self.client.key_value_set(_FAILED_KEY, f"{self.process_id} {code}")
+            # " lost": this process only reports a peer that died without a traceback.
+            self.client.key_value_set(_FAILED_KEY, f"{self.process_id} {code}"
+                                      + (" lost" if lost_peer else ""))
         # A lost peer is dead and never acknowledges: waiting for it would only let the
         # heartbeat timeout abort this process.
         self._leave(code, acks_needed=self.num_processes - 1 - lost_peer)
 
     def _peer_failed(self, value: str, detail: str = "") -> None:
-        rank, _, code = value.partition(" ")
-        print(f"mirrorfit: process {rank} of the job failed with exit code {code} (see its "
-              f"traceback); stopping process {self.process_id} with exit code "
+        rank, _, rest = value.partition(" ")
+        code, _, lost = rest.partition(" ")
+        what = (f"process {rank} lost its connection to another process of the job, which "
+                f"died without a Python traceback (killed, out of memory, or a crash; see the "
+                f"output of the process that is missing)" if lost else
+                f"process {rank} of the job failed with exit code {code} (see its traceback)")
+        print(f"mirrorfit: {what}; stopping process {self.process_id} with exit code "
               f"{PEER_FAILED_EXIT_CODE}.{detail}", file=sys.stderr, flush=True)
         if self.process_id != 0:
             with contextlib.suppress(Exception):  # best effort: process 0 waits ACK_SECONDS
