@@ -32,7 +32,9 @@ from typing import Any
 
 from mirrorfit._src.utils.checks import MirrorfitWarning
 
-PREEMPTED_EXIT_CODE = 76  # saved a backup after a preemption notice; restart to resume
+PREEMPTED_EXIT_CODE = 76
+"""Exit code of a process that saved its backup after a preemption notice: restart it to
+resume. Not 143 (``128 + SIGTERM``, a process the signal killed) nor 75 (a peer failed)."""
 NO_SYNC_MANAGER = (
     "save_before_preemption=True in a multi-process job needs JAX's preemption sync manager, "
     "which jax.distributed.initialize starts unless the config 'jax_enable_preemption_service' "
@@ -55,12 +57,13 @@ class PreemptionNotice:
     """Whether a preemption notice reached this job, asked at each step boundary.
 
     Example:
+        A training loop asks at every step boundary, and saves and exits at the agreed one
+        (``if notice.reached(step): save(); raise SystemExit(PREEMPTED_EXIT_CODE)``):
+
         >>> notice = PreemptionNotice()
         >>> notice.install()
-        >>> for step in range(steps):
-        ...     train_step()
-        ...     if notice.reached(step):
-        ...         save(); raise SystemExit(PREEMPTED_EXIT_CODE)
+        >>> notice.reached(0)  # no SIGTERM has come
+        False
         >>> notice.uninstall()
     """
 
