@@ -331,12 +331,12 @@ class Trainer(TrainingLoop):
             step += group
             done = step if data.steps is None else min(step, data.steps)
             self.progress = Progress(epoch, done, batch is None, statistics)
-            if self.config is not None and self.config.check_numerics and \
-                    numerics.non_finite_seen(self._layouts["train"][0],
-                                             np.asarray(self.strategy.fetch(statistics))):
+            check = self.config is not None and self.config.check_numerics
+            logged = self.strategy.fetch(statistics) if check else statistics  # one host read
+            if check and numerics.non_finite_seen(self._layouts["train"][0], logged):
                 chief_print(numerics.stop_message(epoch, done, group))
                 model.stop_training = True
-            callbacks.on_train_batch_end(done - 1, LazyLogs(statistics, self._decode))
+            callbacks.on_train_batch_end(done - 1, LazyLogs(logged, self._decode))
             if model.stop_training:
                 break
         if batch is None:  # exhausted: the steps the source really gave (no group fillers)
