@@ -41,6 +41,23 @@ def tree_equal(a, b):
         assert np.array_equal(x, y), f"leaf {i} differs"
 
 
+def compiled_classifier(layers, *, seed, replicas=2, dtype_policy=None):
+    """``mf.Sequential(layers)`` on 4 features over ``replicas`` replicas, compiled with
+    SGD(0.1), sparse categorical crossentropy and accuracy, and its initial training state
+    on the host: the shared model of a test module (a module-scoped ``compiled`` fixture)."""
+    with mirrored_strategy(replicas).scope():
+        model = mf.Sequential(layers, input_shape=(4,), seed=seed, dtype_policy=dtype_policy)
+        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
+    return model, jax.device_get(model.state)
+
+
+def reset_to_initial(compiled):
+    """The model of a `compiled_classifier` result, back at its initial training state."""
+    model, initial = compiled
+    model.state = model.strategy.replicate_arrays(initial)
+    return model
+
+
 class Interrupt(Exception):
     """Raised by `interrupt_after`: a crash in the middle of fit."""
 
@@ -66,20 +83,31 @@ class _Log(logging.Handler):
 
 
 @contextlib.contextmanager
+def jax_log_messages():
+    """The messages JAX logs inside the block, with ``jax.log_compiles`` on: a list that
+    fills as they come ("Compiling jit(...)", "Finished XLA compilation of ...")."""
+    handler, logger = _Log(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
 def count_step_compiles():
     """Counts "Compiling jit(step)" records (jax.log_compiles) inside the block: XLA
     compilations of per-replica steps (during a fit without validation data, the train step).
 
     Yields a list that holds the count, as its one element, once the block has ended.
     """
-    handler, logger, counter = _Log(), logging.getLogger("jax"), []
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles(True):
+    counter = []
+    with jax_log_messages() as messages:
+        try:
             yield counter
-    finally:
-        logger.removeHandler(handler)
-        counter.append(sum(m.startswith("Compiling jit(step)") for m in handler.messages))
+        finally:
+            counter.append(sum(m.startswith("Compiling jit(step)") for m in messages))
 
 
 def all_reduce_operands(hlo):

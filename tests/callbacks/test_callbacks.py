@@ -21,7 +21,13 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from tests.helpers import Interrupt, interrupt_after, tree_equal
+from tests.helpers import (
+    Interrupt,
+    compiled_classifier,
+    interrupt_after,
+    reset_to_initial,
+    tree_equal,
+)
 
 ROWS, BATCH = 72, 16  # 5 steps per epoch, the last one partial (8 rows)
 STEPS = math.ceil(ROWS / BATCH)
@@ -39,18 +45,13 @@ def _layers():
 
 @pytest.fixture(scope="module")
 def compiled():
-    with mf.MirroredStrategy(jax.devices()[:2]).scope():
-        model = mf.Sequential(_layers(), input_shape=(4,), seed=2)
-        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
-    return model, jax.device_get(model.state)
+    return compiled_classifier(_layers(), seed=2)
 
 
 @pytest.fixture
 def model(compiled):
     """The shared compiled model, reset to its initial training state."""
-    model, initial = compiled
-    model.state = model.strategy.replicate_arrays(initial)
-    return model
+    return reset_to_initial(compiled)
 
 
 def _inject(name, values):

@@ -11,6 +11,7 @@ from mlflow import MlflowClient
 import mirrorfit as mf
 from mirrorfit._src.callbacks import experiment_logger
 from tests.callbacks import tracking_helpers as th
+from tests.helpers import reset_to_initial
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def compiled():
 
 @pytest.fixture
 def model(compiled):
-    return th.reset(compiled)
+    return reset_to_initial(compiled)
 
 
 def _history(uri, run_id, key):
@@ -60,7 +61,7 @@ def test_epoch_and_batch_metrics_equal_history_at_global_steps(model, uri):
 
 
 def test_batch_metrics_follow_steps_per_execution_groups(uri):
-    model = th.reset(th.make_model())
+    model = reset_to_initial(th.make_model())
     model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy",
                   steps_per_execution=3)
     logger = mf.callbacks.MLflowLogger(run_name="groups", log_freq=2)
@@ -97,7 +98,7 @@ def test_learning_rate_equals_the_optimizers_after_a_scheduler_changes_it(model,
 
 
 def test_loss_scale_is_logged_under_mixed_float16(uri):
-    model = th.reset(th.make_model("mixed_float16"))
+    model = reset_to_initial(th.make_model("mixed_float16"))
     logger = mf.callbacks.MLflowLogger(run_name="mixed")
     history = th.fit(model, [logger])
     values = [value for _, value in _history(uri, logger.run_id, "epoch/loss_scale")]

@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 import flax.linen as nn
-import jax
 import numpy as np
 import optuna
 import pytest
 
 import mirrorfit as mf
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, compiled_classifier, reset_to_initial
 
 ROWS, BATCH = 48, 16  # 3 steps per epoch
 DOCS = REPO_ROOT / "docs" / "guides" / "experiment_tracking.md"
@@ -48,19 +47,13 @@ TRAIN, VALIDATION = _data(0), _data(1)
 
 @pytest.fixture(scope="module")
 def compiled():
-    with mf.MirroredStrategy(jax.devices()[:2]).scope():
-        model = mf.Sequential([nn.Dense(8), nn.relu, nn.Dense(2), nn.softmax], input_shape=(4,),
-                              seed=3)
-        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
-    return model, jax.device_get(model.state)
+    return compiled_classifier([nn.Dense(8), nn.relu, nn.Dense(2), nn.softmax], seed=3)
 
 
 @pytest.fixture
 def model(compiled):
     """The shared compiled model, reset to its initial training state."""
-    model, initial = compiled
-    model.state = model.strategy.replicate_arrays(initial)
-    return model
+    return reset_to_initial(compiled)
 
 
 def _fit(model, epochs, callbacks=(), validation=True):

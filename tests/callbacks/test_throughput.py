@@ -14,6 +14,7 @@ import pytest
 import mirrorfit as mf
 from mirrorfit._src.callbacks import throughput
 from mirrorfit._src.utils.checks import MirrorfitWarning
+from tests.helpers import compiled_classifier, reset_to_initial
 
 ROWS, BATCH = 72, 16  # 5 steps per epoch, the last one partial (8 rows, padded to 16)
 STEPS = math.ceil(ROWS / BATCH)
@@ -27,19 +28,13 @@ def _data(rows: int = ROWS):
 
 @pytest.fixture(scope="module")
 def compiled():
-    with mf.MirroredStrategy(jax.devices()[:2]).scope():
-        model = mf.Sequential([nn.Dense(16), nn.relu, nn.Dense(2), nn.softmax],
-                              input_shape=(4,), seed=2)
-        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
-    return model, jax.device_get(model.state)
+    return compiled_classifier([nn.Dense(16), nn.relu, nn.Dense(2), nn.softmax], seed=2)
 
 
 @pytest.fixture
 def model(compiled):
     """The shared compiled model, reset to its initial training state."""
-    model, initial = compiled
-    model.state = model.strategy.replicate_arrays(initial)
-    return model
+    return reset_to_initial(compiled)
 
 
 @pytest.fixture

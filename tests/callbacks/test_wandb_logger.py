@@ -13,6 +13,7 @@ import mirrorfit as mf
 from mirrorfit._src.callbacks import experiment_logger
 from tests.callbacks import tracking_helpers as th
 from tests.callbacks.wandb_records import read_finished_run
+from tests.helpers import reset_to_initial
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def compiled():
 
 @pytest.fixture
 def model(compiled):
-    return th.reset(compiled)
+    return reset_to_initial(compiled)
 
 
 def _logger(tmp_path, **kwargs):

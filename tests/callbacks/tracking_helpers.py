@@ -6,6 +6,7 @@ import jax
 import numpy as np
 
 import mirrorfit as mf
+from tests.helpers import compiled_classifier
 
 ROWS, BATCH, EPOCHS = 40, 8, 2
 VALIDATION_SPLIT = 0.2  # 32 training rows: 4 global batches (train steps) per epoch
@@ -21,18 +22,8 @@ def data():
 
 def make_model(dtype_policy=None):
     """A 4 -> 2 softmax regression on 2 replicas, compiled with SGD(0.1) and accuracy."""
-    with mf.MirroredStrategy(jax.devices()[:NUM_REPLICAS]).scope():
-        model = mf.Sequential([nn.Dense(2), nn.softmax], input_shape=(4,), seed=1,
-                              dtype_policy=dtype_policy)
-        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
-    return model, jax.device_get(model.state)
-
-
-def reset(compiled):
-    """The compiled model of ``make_model``'s output, back at its initial training state."""
-    model, initial = compiled
-    model.state = model.strategy.replicate_arrays(initial)
-    return model
+    return compiled_classifier([nn.Dense(2), nn.softmax], seed=1, replicas=NUM_REPLICAS,
+                               dtype_policy=dtype_policy)
 
 
 def fit(model, callbacks, **kwargs):

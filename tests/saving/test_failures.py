@@ -20,7 +20,7 @@ import pytest
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_files
-from tests.helpers import Interrupt, interrupt_after
+from tests.helpers import Interrupt, compiled_classifier, interrupt_after, reset_to_initial
 
 ROWS, BATCH = 40, 8  # 5 steps per epoch
 
@@ -33,19 +33,13 @@ def _data(rows: int = ROWS, shift: float = 0.0):
 
 @pytest.fixture(scope="module")
 def compiled():
-    with mf.MirroredStrategy(jax.devices()[:2]).scope():
-        model = mf.Sequential([nn.Dense(8), nn.relu, nn.Dense(2), nn.softmax],
-                              input_shape=(4,), seed=3)
-        model.compile(mf.optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
-    return model, jax.device_get(model.state)
+    return compiled_classifier([nn.Dense(8), nn.relu, nn.Dense(2), nn.softmax], seed=3)
 
 
 @pytest.fixture
 def model(compiled):
     """The shared compiled model, reset to its initial training state."""
-    model, initial = compiled
-    model.state = model.strategy.replicate_arrays(initial)
-    return model
+    return reset_to_initial(compiled)
 
 
 def _fit(model, callbacks, epochs=2, data=None):

@@ -1,7 +1,6 @@
 """`Trainer.train_step_cost`: read from the step ``fit`` compiled, without compiling again;
 one step's FLOPs whatever ``steps_per_execution``; the padded global batch."""
 
-import logging
 
 import flax.linen as nn
 import jax
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
+from tests.helpers import jax_log_messages
 
 
 def _model(replicas, steps_per_execution=1):
@@ -25,26 +25,12 @@ def _data(rows=96):
     return rng.normal(size=(rows, 16)).astype(np.float32), rng.integers(0, 3, rows)
 
 
-class _Log(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def _cost_and_xla_compiles(model):
     """``train_step_cost()`` after a one-epoch fit, and the XLA compilations it ran."""
     model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
-    handler, logger = _Log(), logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles(True):
-            cost = model.trainer.train_step_cost()
-    finally:
-        logger.removeHandler(handler)
-    return cost, [m for m in handler.messages if m.startswith("Finished XLA compilation")]
+    with jax_log_messages() as messages:
+        cost = model.trainer.train_step_cost()
+    return cost, [m for m in messages if m.startswith("Finished XLA compilation")]
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])
