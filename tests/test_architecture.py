@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "mirrorfit"
 SRC = ROOT / "_src"
 # docs/architecture.md's table, bottom to top: a package imports only packages of a lower level.
 LEVELS = {
-    "utils": 1,
+    "utils": 1, "variables": 1,
     "distribute": 2, "layers": 2, "losses": 2, "optimizers": 2,
     "metrics": 3, "modules": 3,
     "saving": 4,
@@ -24,7 +24,8 @@ LEVELS = {
     "models": 7,
 }
 BOTTOM = ("distribute.mesh", "distribute.batch", "distribute.values", "distribute.devices",
-          "utils.checks", "utils.naming", "utils.registry", "trainers.state")
+          "utils.checks", "utils.naming", "utils.registry", "trainers.state",
+          "variables.stateless_scope", "variables.placement")
 MAX_LINES, MAX_MODEL_LINES = 450, 350
 
 

@@ -27,6 +27,7 @@ from mirrorfit._src.distribute.mesh import Device, DeviceMesh
 from mirrorfit._src.distribute.run import Runner
 from mirrorfit._src.distribute.values import Mirrored, unwrap_mirrored
 from mirrorfit._src.utils.checks import MirrorfitWarning
+from mirrorfit._src.variables import placement
 
 _scope_stack = threading.local()
 _warned_outside_scope = False
@@ -75,13 +76,20 @@ class MirroredStrategy(DeviceMesh):
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[MirroredStrategy]:
-        """Makes this the current strategy: models created inside are mirrored on its devices."""
+        """Makes this the current strategy: models and `mirrorfit.Variable` s created inside
+        are mirrored on its devices."""
         stack = _stack()
         stack.append(self)
         try:
-            yield self
+            with placement.placing(self._place_variable):
+                yield self
         finally:
             stack.pop()
+
+    def _place_variable(self, value: Any) -> Any:
+        if isinstance(value, jax.core.Tracer):
+            return value
+        return self.replicate_arrays(value)
 
     def replicate(self, tree: Any) -> Any:
         """Places a pytree of arrays mirrored on every replica; idempotent.

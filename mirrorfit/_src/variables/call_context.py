@@ -1,0 +1,89 @@
+"""The call context: Keras' ``training`` flag and the random keys of one forward pass.
+
+Keras passes ``training`` down to every nested layer without the user threading it through
+``call``: the outermost layer call opens a context holding it, and inner calls that do not
+pass ``training`` read it from there. mirrorfit's context also holds where random layers
+(Dropout, noise) draw their keys: the compiled step's per-replica key, folded with a counter
+so every draw differs; outside any step, a process-wide stream seeded by `set_random_seed`.
+
+This module imports nothing else from mirrorfit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+_LOCAL = threading.local()
+_EAGER = {"seed": 0, "draws": itertools.count()}
+
+
+class CallContext:
+    """One forward pass: ``training`` (``None``: not given) and its random keys."""
+
+    def __init__(self, training: bool | None, rng: Any):
+        self.training = training
+        self.rng = rng
+        self._draws = itertools.count()
+
+    def next_rng(self) -> jax.Array:
+        """A fresh key: ``fold_in(rng, n)`` for the n-th draw of this pass."""
+        if self.rng is None:
+            return eager_rng()
+        return jax.random.fold_in(self.rng, next(self._draws))
+
+
+def _stack() -> list[CallContext]:
+    if not hasattr(_LOCAL, "contexts"):
+        _LOCAL.contexts = []
+    return _LOCAL.contexts
+
+
+def current() -> CallContext | None:
+    """The innermost active context, or ``None`` outside any forward pass."""
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def call_context(training: bool | None = None, rng: Any = None) -> Iterator[CallContext]:
+    """Opens a context; ``None`` arguments inherit the enclosing context's values."""
+    outer = current()
+    if outer is not None:
+        training = outer.training if training is None else training
+        rng = outer.rng if rng is None else rng
+    context = CallContext(training, rng)
+    _stack().append(context)
+    try:
+        yield context
+    finally:
+        _stack().pop()
+
+
+def next_rng() -> jax.Array:
+    """A fresh key from the current context, or from the process-wide stream outside one."""
+    context = current()
+    return eager_rng() if context is None else context.next_rng()
+
+
+def eager_rng() -> jax.Array:
+    """The next key of the process-wide stream (calls outside a compiled step)."""
+    with jax.ensure_compile_time_eval():
+        return jax.random.fold_in(jax.random.PRNGKey(_EAGER["seed"]), next(_EAGER["draws"]))
+
+
+def set_random_seed(seed: int) -> None:
+    """Restarts the process-wide stream at ``seed`` (``mf.utils.set_random_seed``).
+
+    Raises:
+        TypeError: ``seed`` is not an int.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int. Received: seed={seed!r}")
+    _EAGER["seed"] = seed
+    _EAGER["draws"] = itertools.count()
