@@ -106,6 +106,8 @@ class Layer(metaclass=abc.ABCMeta):
         ['linear/w', 'linear/b']
     """
 
+    _mf_skip: frozenset[str] = frozenset()  # attributes that never hold the layer's variables
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__call__" in cls.__dict__ and "call" not in cls.__dict__:
@@ -143,15 +145,24 @@ class Layer(metaclass=abc.ABCMeta):
         if input_dim is not None:
             input_shape = (input_dim,)
         self._mf_input_shape = None if input_shape is None else tuple(input_shape)
-        self.built = False
+        self._mf_built = False
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for missing attributes: say why when __init__ never ran.
-        if name.startswith("_mf") or name in ("name", "built"):
+        if name.startswith("_mf") or name == "name":
             raise RuntimeError(
                 f"{type(self).__name__} is used before Layer.__init__ ran: call "
                 "`super().__init__(**kwargs)` at the start of your __init__.")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def built(self) -> bool:
+        """Whether ``build`` has run (set it in your own ``build``, as Keras)."""
+        return self._mf_built
+
+    @built.setter
+    def built(self, value: bool) -> None:
+        self._mf_built = bool(value)
 
     # -- weights -------------------------------------------------------------------------
     def add_weight(self, shape: Any = None, initializer: Any = None, dtype: Any = None,
@@ -192,7 +203,11 @@ class Layer(metaclass=abc.ABCMeta):
     def __mf_variables__(self) -> list[tuple[tuple[str, ...], Any]]:
         """Own weights first (creation order), then the attributes' (Keras' order)."""
         own = [((v.name,), v) for v in self._mf_own]
-        return [*own, *tracking.attribute_children(self)]
+        return [*own, *self._mf_children()]
+
+    def _mf_children(self) -> list[tuple[str, Any]]:
+        return [(name, value) for name, value in tracking.attribute_children(self)
+                if name not in self._mf_skip]
 
     @property
     def variables(self) -> list[Variable]:
@@ -242,14 +257,14 @@ class Layer(metaclass=abc.ABCMeta):
                 yield value
                 if is_keras_layer(value):
                     yield from value._sublayers()
-        for _, child in tracking.attribute_children(self):
+        for _, child in self._mf_children():
             yield from visit(child)
 
     @property
     def layers(self) -> list[Any]:
         """The layers held directly in attributes (Keras' ``_layers``)."""
         found: list[Any] = []
-        for _, child in tracking.attribute_children(self):
+        for _, child in self._mf_children():
             stack = [child]
             while stack:
                 value = stack.pop(0)
@@ -312,7 +327,9 @@ class Layer(metaclass=abc.ABCMeta):
         The default creates none; sub-layers build when first called.
         """
         del input_shape
-        self.built = True
+        self._mf_built = True
+
+    build._mf_default_build = True  # type: ignore[attr-defined]
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The forward pass; subclasses implement it (``training`` and ``mask`` optional)."""
@@ -347,13 +364,13 @@ class Layer(metaclass=abc.ABCMeta):
         return kwargs
 
     def _maybe_build(self, args: tuple, kwargs: dict[str, Any]) -> None:
-        if self.built:
+        if self._mf_built:
             return
         first = args[0] if args else next(iter(kwargs.values()), None)
         shapes = jax.tree.map(lambda a: tuple(jnp.shape(a)), first)
-        if type(self).build is not Layer.build:
+        if not getattr(type(self).build, "_mf_default_build", False):  # the user's build
             self.build(shapes)
-        self.built = True
+        self._mf_built = True
 
     @property
     def compute_dtype(self) -> Any:
