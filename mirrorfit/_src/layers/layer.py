@@ -356,9 +356,8 @@ class Layer(metaclass=abc.ABCMeta):
     def _call_kwargs(self, kwargs: dict[str, Any], training: bool | None) -> dict[str, Any]:
         params = inspect.signature(self.call).parameters
         takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if "training" in params or takes_kwargs:
-            if training is not None:
-                kwargs["training"] = training
+        if ("training" in params or takes_kwargs) and training is not None:
+            kwargs["training"] = training
         if "mask" in kwargs and kwargs["mask"] is None and "mask" not in params:
             kwargs.pop("mask")
         return kwargs

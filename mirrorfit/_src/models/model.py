@@ -21,9 +21,9 @@ import jax.numpy as jnp
 from mirrorfit._src.callbacks.callback import History
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
+from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.models import model_checks
 from mirrorfit._src.models.keras_models import ModelLayers, model_module
-from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.models.model_calls import ModelCalls
 from mirrorfit._src.models.object_model import ObjectModel, in_object_context
 from mirrorfit._src.models.weights import ModelVariables

@@ -31,9 +31,9 @@ from jax._src import core as jax_core
 
 from mirrorfit._src.layers import flax_bridge, model_info
 from mirrorfit._src.layers.layer import Layer
+from mirrorfit._src.models.variable_views import replaced_leaf, state_variables
 from mirrorfit._src.modules.objects import NON_TRAINABLE, variable_pairs, variable_trees
 from mirrorfit._src.modules.sown_losses import loss_values
-from mirrorfit._src.models.variable_views import replaced_leaf, state_variables
 from mirrorfit._src.trainers.state import require_state
 from mirrorfit._src.variables import call_context, stateless_scope, tracking
 
