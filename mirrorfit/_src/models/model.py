@@ -30,6 +30,8 @@ from mirrorfit._src.models.weights import ModelVariables
 from mirrorfit._src.modules import input_spec, mixed_precision
 from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
 from mirrorfit._src.modules.objects import ObjectAdapter
+from mirrorfit._src.trainers import keras_steps
+from mirrorfit._src.trainers.keras_steps import hook_form
 from mirrorfit._src.trainers.model_hooks import ModelHooks
 from mirrorfit._src.trainers.state import TrainState, create_state, require_state
 from mirrorfit._src.trainers.trainer import Trainer
@@ -140,6 +142,8 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
         self._state: TrainState | None = None
         self._input_spec: Any = None
         self._trainer = Trainer(self._strategy, self._adapter)
+        if hook_form(self, "predict_step", ModelHooks) is not None:
+            self._trainer.set_predict_step(keras_steps.predict_step(self))
         if sample is not None:
             self._build_from(sample)
         elif input_shape is not None:

@@ -89,8 +89,20 @@ class StepFamily(abc.ABC):
         """
 
     @abc.abstractmethod
-    def results(self, cfg: StepConfig, stats: dict, kind: str) -> dict[str, Any]:
+    def results(self, cfg: StepConfig, stats: Any, kind: str) -> dict[str, Any]:
         """Logs (metric name -> value) from accumulated, unflattened host statistics."""
+
+    def initial_statistics(self, cfg: StepConfig, layout: Any, kind: str) -> Any:
+        """The statistics vector (float32 ``[layout.size]``, host) an epoch or ``evaluate``
+        starts from; ``None``: zeros (sums start empty).
+
+        Args:
+            cfg: the compiled configuration.
+            layout: the statistics' `mirrorfit._src.trainers.statistics.StatsLayout`.
+            kind: ``"train"`` or ``"eval"``.
+        """
+        del cfg, layout, kind
+        return None
 
     def multi_train_step(self, cfg: StepConfig) -> Callable:
         """``K`` train steps in one device call: ``lax.scan`` over ``[K, batch, ...]`` inputs.

@@ -128,6 +128,13 @@ class Trainer(TrainingLoop):
             self._train_step = config.family.train_step(config)
         self._eval_step = config.family.eval_step(config)
 
+    def set_predict_step(self, step: Callable) -> None:
+        """Makes ``predict`` run ``step``, a per-replica ``(state, batch) -> outputs`` (a
+        model's own ``predict_step``, `mirrorfit._src.trainers.keras_steps.predict_step`)."""
+        self._compiled = {key: fn for key, fn in self._compiled.items()
+                          if key[0] is not self._predict_step}
+        self._predict_step = step
+
     def resume_from(self, point: ResumePoint) -> None:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
         self._resume_point = point
@@ -184,17 +191,20 @@ class Trainer(TrainingLoop):
     # -- statistics -----------------------------------------------------------------------
 
     def _fresh_statistics(self, state, batch: Batch, kind: str = "train"):
-        """Zero statistics (a float32 vector, mirrored) for ``kind`` steps on such batches."""
+        """The statistics (a float32 vector, mirrored) ``kind`` steps on such batches start
+        from: zeros, or the step family's `StepFamily.initial_statistics`."""
+        assert self.config is not None  # set by configure (compile)
         if kind not in self._layouts:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
-            assert self.config is not None  # set by configure (compile)
             layout = stats_lib.StatsLayout.from_shapes(
                 self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
-        return self.strategy.replicate_arrays(self._layouts[kind][1])
+        layout, zeros = self._layouts[kind]
+        initial = self.config.family.initial_statistics(self.config, layout, kind)
+        return self.strategy.replicate_arrays(zeros if initial is None else initial)
 
     def _decode(self, statistics, kind: str = "train") -> dict[str, Any]:
         """Metric values (Python floats, loss first) from a statistics snapshot.
