@@ -39,7 +39,7 @@ from mirrorfit._src.variables import call_context, stateless_scope, tracking
 
 # Model's own attributes: never part of the variables a subclass's attributes hold.
 INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
-                      "_adapter", "_trainer", "_strategy", "_state"})
+                      "_adapter", "_trainer", "_strategy", "_state", "_creation_order"})
 TRACED_CALL = (
     "model(x) was called inside a JAX transformation (jax.grad, jax.jit, ...) outside a "
     "stateless scope: it would read the stored weights as constants, so gradients with "

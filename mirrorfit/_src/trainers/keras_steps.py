@@ -11,16 +11,18 @@ form a hook has is read from its signature (`hook_form`): one argument (``data``
 The hook runs per replica, traced, inside the step's `ObjectStep`
 (`mirrorfit._src.trainers.object_step`), so one compile per ``fit``, the all-reduce, padding
 masks, callbacks, ``steps_per_execution`` and step-exact resume stay. Its statistics are
-``(tracker values, logs)``:
+``{"logs": ..., "trackers": [...]}`` (flattened in key order: the trackers are the vector's
+tail):
 
 * the **trackers** are the variables of ``model.metrics`` and of the model's `Metric`
   attributes: the step reads and writes them there, so they persist across the steps of an
   epoch (and a resumed run restores them) and are reset at its start (Keras'
   ``reset_metrics``), yet are no weights of the model; reading the logs writes their values
   back into the variables, so ``tracker.result()`` after ``fit`` is the last one logged;
-* the **logs** are the returned dict, replica 0's values (tf.keras' ``"first"`` reduction;
-  a tracker's ``result()`` is the same on every replica), replaced at every step: as Keras,
-  an epoch logs its last step's values, the trackers' running results.
+* the **logs** are the returned dict averaged over the replicas (a tracker's ``result()`` is
+  the same on every replica, and the default ``compute_loss``'s per-replica shares average
+  to the global batch's loss), replaced at every step: as Keras, an epoch logs its last
+  step's values, the trackers' running results.
 
 ``data`` is ``x`` when ``fit`` got no targets, ``(x, y)``, or ``(x, y, sample_weight)`` when
 it got sample or class weights, as Keras 3 packs it. This replica's rows include the padding
@@ -168,11 +170,6 @@ def tracker_variables(model: Any) -> list[Variable]:
 
 # -- the steps ---------------------------------------------------------------------------
 
-def _first_replica(logs: dict[str, Any]) -> dict[str, jax.Array]:
-    """Replica 0's value of every log (one all-reduce for all of them)."""
-    first = lax.axis_index(BATCH_AXIS) == 0
-    return lax.psum(jax.tree.map(lambda v: jnp.where(first, v, jnp.zeros_like(v)), logs),
-                    BATCH_AXIS)
 
 
 def _checked_logs(logs: Any, name: str) -> dict[str, jax.Array]:
@@ -191,8 +188,9 @@ def _checked_logs(logs: Any, name: str) -> dict[str, jax.Array]:
 
 
 def _split(statistics: jax.Array, trackers: list[Variable]) -> list[jax.Array]:
-    """The trackers' values at the start of ``statistics`` (their shapes, float32)."""
-    values, start = [], 0
+    """The trackers' values, the tail of ``statistics`` (their shapes, float32)."""
+    values = []
+    start = statistics.shape[0] - sum(int(np.prod(v.shape)) for v in trackers)
     for variable in trackers:
         size = int(np.prod(variable.shape))
         values.append(statistics[start:start + size].reshape(variable.shape))
@@ -201,11 +199,12 @@ def _split(statistics: jax.Array, trackers: list[Variable]) -> list[jax.Array]:
 
 
 def run_hook(model: Any, cfg: StepConfig, state: TrainState, tracker_values: list[Any],
-             batch: Batch, kind: str) -> tuple[TrainState, tuple[list[Any], dict]]:
+             batch: Batch, kind: str) -> tuple[TrainState, dict[str, Any]]:
     """One replica's Keras hook (``train_step`` for ``kind="train"``, else ``test_step``)
-    on ``batch``: the new state and the step's ``(tracker values, logs)``.
+    on ``batch``: the new state and the step's statistics ``{"logs", "trackers"}``.
 
-    Logs are replica 0's; tracker values are the same on every replica (`StepScope`).
+    Logs are averaged over the replicas; tracker values are the same on every replica
+    (`StepScope`).
     """
     weighted = batch.sample_weight is not None
     batch = batch._replace(sample_weight=stats_lib.example_weights(batch) * batch.mask)
@@ -217,7 +216,8 @@ def run_hook(model: Any, cfg: StepConfig, state: TrainState, tracker_values: lis
     with masked_context(batch.mask), step.running(rng):
         hook = model.train_step if training else model.test_step
         logs = _checked_logs(hook(pack_data(batch, weighted)), name)
-    return step.new_state(), (step.tracker_values(), _first_replica(logs))
+    logs = lax.pmean(logs, BATCH_AXIS)  # one all-reduce for all of them
+    return step.new_state(), {"logs": logs, "trackers": step.tracker_values()}
 
 
 def train_step(model: Any, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
@@ -260,8 +260,8 @@ def predict_step(model: Any) -> Callable:
 
 def statistics_shapes(model: Any, cfg: StepConfig, state: TrainState, batch: Batch,
                       kind: str) -> Any:
-    """``(tracker value shapes, log shapes)`` of a Keras hook, traced over the mesh (the
-    hook may use collectives). A tracker whose variables the first trace created (a metric
+    """The shapes of a Keras hook's statistics (``{"logs", "trackers"}``), traced over the
+    mesh (the hook may use collectives). A tracker whose variables the first trace created (a metric
     that builds them on its first ``update_state``) is found by tracing once more."""
     def shapes():
         trackers = tracker_variables(model)
@@ -281,20 +281,19 @@ def statistics_shapes(model: Any, cfg: StepConfig, state: TrainState, batch: Bat
 
 def initial_statistics(model: Any, layout: stats_lib.StatsLayout) -> np.ndarray:
     """The statistics an epoch (or ``evaluate``) starts from: ``model.metrics`` reset (as
-    Keras' ``reset_metrics``), the trackers' values, zero logs."""
+    Keras' ``reset_metrics``), zero logs, the trackers' values."""
     model.reset_metrics()
     trackers = [np.ravel(v.numpy()).astype(np.float32) for v in tracker_variables(model)]
-    rest = layout.size - sum(t.size for t in trackers)
-    return np.concatenate([*trackers, np.zeros(rest, np.float32)])
+    logs = layout.size - sum(t.size for t in trackers)
+    return np.concatenate([np.zeros(logs, np.float32), *trackers])
 
 
-def results(model: Any, stats: Any) -> dict[str, Any]:
+def results(model: Any, stats: dict[str, Any]) -> dict[str, Any]:
     """The logs of unflattened host statistics; the trackers' values are written back into
     their variables."""
-    values, logs = stats
-    for variable, value in zip(tracker_variables(model), values):
+    for variable, value in zip(tracker_variables(model), stats["trackers"]):
         variable.assign(np.asarray(value, variable.dtype))
-    return dict(logs)
+    return dict(stats["logs"])
 
 
 # -- Keras 3's default hooks, on objects ------------------------------------------------
