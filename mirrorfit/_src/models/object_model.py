@@ -16,8 +16,9 @@ A `mirrorfit.Model` is a `mirrorfit.layers.Layer`, as in Keras. Two kinds share 
 
 Called inside a stateless scope or another layer's call (a custom ``train_step``,
 ``strategy.run``, `mirrorfit.value_and_grad`), ``model(x)`` runs on the scope's values, so it
-is differentiable there; called under ``jax.grad`` or ``jax.jit`` outside one, it raises
-instead of silently treating the weights as constants.
+is differentiable there; called under ``jax.grad`` outside one, it raises instead of
+silently treating the weights as constants (under ``jax.jit`` alone it reads them as
+constants, the weights of that moment).
 """
 
 from __future__ import annotations
@@ -41,19 +42,20 @@ from mirrorfit._src.variables import call_context, stateless_scope, tracking
 INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
                       "_adapter", "_trainer", "_strategy", "_state"})
 TRACED_CALL = (
-    "model(x) was called inside a JAX transformation (jax.grad, jax.jit, ...) outside a "
-    "stateless scope: it would read the stored weights as constants, so gradients with "
-    "respect to them would be all zeros and a jitted function would keep stale weights. "
+    "model(x) was called under jax.grad outside a stateless scope: it would read the "
+    "stored weights as constants, so gradients with respect to them would be all zeros. "
     "Differentiate with `loss, grads = mf.value_and_grad(loss_fn, "
     "model.trainable_variables)()`, compile with `strategy.run` or `@mf.function`, or use "
     "the pure `model.apply(params, x)` with params you pass in.")
 
 
-def is_traced(tree: Any = None) -> bool:
-    """Whether a JAX transformation is tracing now, or ``tree`` holds tracers."""
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree)):
-        return True
-    return not jax_core.trace_state_clean()
+_DIFFERENTIATING = ("JVPTrace", "LinearizeTrace")
+
+
+def is_differentiating() -> bool:
+    """Whether ``jax.grad`` (or ``jvp``/``linearize``) is tracing the current call."""
+    trace = getattr(getattr(jax_core, "trace_ctx", None), "trace", None)
+    return type(trace).__name__ in _DIFFERENTIATING
 
 
 def in_object_context() -> bool:
