@@ -38,21 +38,6 @@ from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
 
 
-def _synced(method: Any, push: bool) -> Any:
-    """``method`` run on the variables' current values (and, with ``push``, writing the
-    trained values back to them, also after an error); see `ObjectModel`."""
-    @functools.wraps(method)
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        self._pull()
-        if not push:
-            return method(self, *args, **kwargs)
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self._push()
-    return run
-
-
 class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, ObjectModel,
             Layer):
     """A Flax module, or a Keras-style subclass, with Keras' ``compile``/``fit``/``evaluate``/
@@ -104,7 +89,6 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
     _adapter: ModuleAdapter  # its init/apply/tabulate, under dtype_policy
     _strategy: DeviceMesh  # the strategy active at construction: its devices hold _state
     _trainer: Trainer  # the loops; its config is set by compile
-    _state: TrainState | None  # the one training state, mirrored; None until built
     _input_spec: Any  # jax.ShapeDtypeStruct pytree of one example; None until built
     seed: int  # seeds init, dropout and shuffling
     dtype_policy: mixed_precision.Policy
@@ -139,7 +123,7 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
         """(Re)starts the model on ``module``: no state, built if the input is known."""
         self._adapter = adapter
         self.module = module
-        self._state: TrainState | None = None
+        self._state = None
         self._input_spec: Any = None
         self._trainer = Trainer(self._strategy, self._adapter)
         if hook_form(self, "predict_step", ModelHooks) is not None:
@@ -160,6 +144,16 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
     def trainer(self) -> Trainer:
         """The loops; callbacks read `Trainer.progress` and call `Trainer.resume_from`."""
         return self._trainer
+
+    @property
+    def _state(self) -> TrainState | None:
+        # Read through here, the state reflects variables assigned since the last sync.
+        self._pull()
+        return self.__dict__.get("_mf_state")
+
+    @_state.setter
+    def _state(self, state: TrainState | None) -> None:
+        object.__setattr__(self, "_mf_state", state)
 
     @property
     def state(self) -> TrainState | None:
@@ -195,10 +189,6 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
                              f"Received: {unknown}")
         self._state = state._replace(**self._strategy.replicate_arrays(fields))
         self._push()
-
-    fit = _synced(TrainingAPI.fit, push=True)
-    evaluate = _synced(TrainingAPI.evaluate, push=False)
-    predict = _synced(TrainingAPI.predict, push=False)
 
     @property
     def losses(self) -> list[jax.Array]:  # type: ignore[override]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,6 +25,13 @@ from mirrorfit._src.variables import placement, stateless_scope
 
 AGGREGATIONS = ("none", "mean", "sum", "only_first_replica")
 _UIDS = itertools.count()
+_GENERATION = [0]
+
+
+def generation() -> int:
+    """A counter bumped whenever a variable is created or assigned outside a stateless
+    scope: a model's training state, a copy of its variables, is stale only if it moved."""
+    return _GENERATION[0]
 
 
 def _is_traced(value: Any) -> bool:
@@ -55,7 +63,7 @@ class Variable:
 
     Example:
         >>> v = mf.Variable(jnp.zeros(3), name="total")
-        >>> v.assign_add(jnp.ones(3))
+        >>> _ = v.assign_add(jnp.ones(3))
         >>> v.numpy()
         array([1., 1., 1.], dtype=float32)
     """
@@ -89,6 +97,7 @@ class Variable:
         self.regularizer = regularizer
         self.constraint = constraint
         self._uid = next(_UIDS)
+        _GENERATION[0] += 1
 
     # -- reading -----------------------------------------------------------------------
     @property
@@ -144,6 +153,7 @@ class Variable:
         old = self._value
         sharding = getattr(old, "sharding", None)
         self._value = jax.device_put(value, sharding) if sharding is not None else value
+        _GENERATION[0] += 1
         return self
 
     def assign_add(self, value: Any) -> Variable:
