@@ -198,56 +198,6 @@ def _split(statistics: jax.Array, trackers: list[Variable]) -> list[jax.Array]:
     return values
 
 
-def run_hook(model: Any, cfg: StepConfig, state: TrainState, tracker_values: list[Any],
-             batch: Batch, kind: str) -> tuple[TrainState, dict[str, Any]]:
-    """One replica's Keras hook (``train_step`` for ``kind="train"``, else ``test_step``)
-    on ``batch``: the new state and the step's statistics ``{"logs", "trackers"}``.
-
-    Logs are averaged over the replicas; tracker values are the same on every replica
-    (`StepScope`).
-    """
-    weighted = batch.sample_weight is not None
-    batch = batch._replace(sample_weight=stats_lib.example_weights(batch) * batch.mask)
-    training = kind == "train"
-    step = ObjectStep(model, state, tracker_variables(model), tracker_values,
-                      cfg.optimizer if training else None)
-    rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
-    name = "train_step" if training else "test_step"
-    with masked_context(batch.mask), step.running(rng):
-        hook = model.train_step if training else model.test_step
-        logs = _checked_logs(hook(pack_data(batch, weighted)), name)
-    logs = lax.pmean(logs, BATCH_AXIS)  # one all-reduce for all of them
-    return step.new_state(), {"logs": logs, "trackers": step.tracker_values()}
-
-
-def train_step(model: Any, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
-    """The per-replica train step ``(state, statistics, batch) -> (state, statistics)`` of
-    a model whose ``train_step(self, data)`` is Keras 3's; ``step`` grows by one. With
-    ``skip_empty`` a batch with no real rows changes nothing (`skip_filler`)."""
-    def step(state: TrainState, statistics: jax.Array, batch: Batch):
-        def update(carry):
-            state, statistics = carry
-            values = _split(statistics, tracker_variables(model))
-            new_state, stats = run_hook(model, cfg, state, values, batch, "train")
-            new_state = new_state._replace(step=state.step + 1, rng=state.rng)
-            return new_state, stats_lib.flatten(stats)[0]
-
-        if not skip_empty:
-            return update((state, statistics))
-        real_rows = lax.psum(jnp.sum(batch.mask, dtype=jnp.float32), BATCH_AXIS)
-        return skip_filler(real_rows, update, (state, statistics))
-    return step
-
-
-def eval_step(model: Any, cfg: StepConfig) -> Callable:
-    """The per-replica evaluation step ``(state, statistics, batch) -> statistics`` of a
-    model whose ``test_step(self, data)`` is Keras 3's (the state is not changed)."""
-    def step(state: TrainState, statistics: jax.Array, batch: Batch):
-        values = _split(statistics, tracker_variables(model))
-        return stats_lib.flatten(run_hook(model, cfg, state, values, batch, "eval")[1])[0]
-    return step
-
-
 def predict_step(model: Any) -> Callable:
     """The per-replica prediction step ``(state, batch) -> outputs`` of a model whose
     ``predict_step(self, data)`` is Keras 3's (rows stay sharded)."""
@@ -258,42 +208,106 @@ def predict_step(model: Any) -> Callable:
     return step
 
 
-def statistics_shapes(model: Any, cfg: StepConfig, state: TrainState, batch: Batch,
-                      kind: str) -> Any:
-    """The shapes of a Keras hook's statistics (``{"logs", "trackers"}``), traced over the
-    mesh (the hook may use collectives). A tracker whose variables the first trace created (a metric
-    that builds them on its first ``update_state``) is found by tracing once more."""
-    def shapes():
-        trackers = tracker_variables(model)
+class KerasHooks:
+    """The train and evaluation steps of a model's Keras-form ``train_step(self, data)``
+    and ``test_step(self, data)``, and how to read their statistics; see the module
+    docstring. `mirrorfit._src.trainers.model_hooks.HookedSteps` uses it for the kinds
+    whose hook is in Keras' form.
 
-        def per_replica(state, batch):
-            values = [jnp.zeros(v.shape, jnp.float32) for v in trackers]
-            return run_hook(model, cfg, state, values, batch, kind)[1]
-        batch_specs = jax.tree.map(lambda _: P(BATCH_AXIS), batch)
-        mapped = compile_per_replica(model.strategy, per_replica, (P(), batch_specs), P())
-        return trackers, jax.eval_shape(mapped, state, batch)
+    Args:
+        model: the `Model` whose hooks the steps call (traced, per replica).
+    """
 
-    before, found = shapes()
-    if [id(v) for v in before] != [id(v) for v in tracker_variables(model)]:
+    def __init__(self, model: Any):
+        self._model = model
+        self._log_order: dict[str, list[str]] = {}  # the logs' keys as the hook returned them
+
+    def _run(self, cfg: StepConfig, state: TrainState, tracker_values: list[Any],
+             batch: Batch, kind: str) -> tuple[TrainState, dict[str, Any]]:
+        """One replica's hook (``train_step`` for ``kind="train"``, else ``test_step``) on
+        ``batch``: the new state and the step's statistics ``{"logs", "trackers"}``.
+
+        Logs are averaged over the replicas; tracker values are the same on every replica
+        (`mirrorfit._src.trainers.object_step.StepScope`).
+        """
+        model = self._model
+        weighted = batch.sample_weight is not None
+        batch = batch._replace(sample_weight=stats_lib.example_weights(batch) * batch.mask)
+        training = kind == "train"
+        step = ObjectStep(model, state, tracker_variables(model), tracker_values,
+                          cfg.optimizer if training else None)
+        rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
+        name = "train_step" if training else "test_step"
+        with masked_context(batch.mask), step.running(rng):
+            hook = model.train_step if training else model.test_step
+            logs = _checked_logs(hook(pack_data(batch, weighted)), name)
+        self._log_order[kind] = list(logs)
+        logs = lax.pmean(logs, BATCH_AXIS)  # one all-reduce for all of them
+        return step.new_state(), {"logs": logs, "trackers": step.tracker_values()}
+
+    def train_step(self, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
+        """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``;
+        ``step`` grows by one. With ``skip_empty`` a batch with no real rows changes
+        nothing (`skip_filler`)."""
+        def step(state: TrainState, statistics: jax.Array, batch: Batch):
+            def update(carry):
+                state, statistics = carry
+                values = _split(statistics, tracker_variables(self._model))
+                new_state, stats = self._run(cfg, state, values, batch, "train")
+                new_state = new_state._replace(step=state.step + 1, rng=state.rng)
+                return new_state, stats_lib.flatten(stats)[0]
+
+            if not skip_empty:
+                return update((state, statistics))
+            real_rows = lax.psum(jnp.sum(batch.mask, dtype=jnp.float32), BATCH_AXIS)
+            return skip_filler(real_rows, update, (state, statistics))
+        return step
+
+    def eval_step(self, cfg: StepConfig) -> Callable:
+        """The per-replica evaluation step ``(state, statistics, batch) -> statistics`` (the
+        state is not changed)."""
+        def step(state: TrainState, statistics: jax.Array, batch: Batch):
+            values = _split(statistics, tracker_variables(self._model))
+            return stats_lib.flatten(self._run(cfg, state, values, batch, "eval")[1])[0]
+        return step
+
+    def statistics_shapes(self, cfg: StepConfig, state: TrainState, batch: Batch,
+                          kind: str) -> Any:
+        """The shapes of the statistics ``{"logs", "trackers"}``, traced over the mesh (the
+        hook may use collectives). A tracker whose variables the first trace created (a
+        metric that builds them on its first ``update_state``) is found by tracing again."""
+        def shapes():
+            trackers = tracker_variables(self._model)
+
+            def per_replica(state, batch):
+                values = [jnp.zeros(v.shape, jnp.float32) for v in trackers]
+                return self._run(cfg, state, values, batch, kind)[1]
+            batch_specs = jax.tree.map(lambda _: P(BATCH_AXIS), batch)
+            mapped = compile_per_replica(self._model.strategy, per_replica,
+                                         (P(), batch_specs), P())
+            return trackers, jax.eval_shape(mapped, state, batch)
+
         before, found = shapes()
-    return found
+        if [id(v) for v in before] != [id(v) for v in tracker_variables(self._model)]:
+            before, found = shapes()
+        return found
 
+    def initial_statistics(self, layout: stats_lib.StatsLayout) -> np.ndarray:
+        """The statistics an epoch (or ``evaluate``) starts from: ``model.metrics`` reset
+        (as Keras' ``reset_metrics``), zero logs, the trackers' values."""
+        self._model.reset_metrics()
+        trackers = [np.ravel(v.numpy()).astype(np.float32)
+                    for v in tracker_variables(self._model)]
+        logs = layout.size - sum(t.size for t in trackers)
+        return np.concatenate([np.zeros(logs, np.float32), *trackers])
 
-def initial_statistics(model: Any, layout: stats_lib.StatsLayout) -> np.ndarray:
-    """The statistics an epoch (or ``evaluate``) starts from: ``model.metrics`` reset (as
-    Keras' ``reset_metrics``), zero logs, the trackers' values."""
-    model.reset_metrics()
-    trackers = [np.ravel(v.numpy()).astype(np.float32) for v in tracker_variables(model)]
-    logs = layout.size - sum(t.size for t in trackers)
-    return np.concatenate([np.zeros(logs, np.float32), *trackers])
-
-
-def results(model: Any, stats: dict[str, Any]) -> dict[str, Any]:
-    """The logs of unflattened host statistics; the trackers' values are written back into
-    their variables."""
-    for variable, value in zip(tracker_variables(model), stats["trackers"]):
-        variable.assign(np.asarray(value, variable.dtype))
-    return dict(stats["logs"])
+    def results(self, stats: dict[str, Any], kind: str) -> dict[str, Any]:
+        """The logs of unflattened host statistics, in the order the hook returned them;
+        the trackers' values are written back into their variables."""
+        for variable, value in zip(tracker_variables(self._model), stats["trackers"]):
+            variable.assign(np.asarray(value, variable.dtype))
+        logs = stats["logs"]
+        return {name: logs[name] for name in self._log_order.get(kind, sorted(logs))}
 
 
 # -- Keras 3's default hooks, on objects ------------------------------------------------

@@ -292,6 +292,7 @@ class HookedSteps(StepFamily):
         self._model = model
         self._forms = {"train": hook_form(model, "train_step", ModelHooks),
                        "eval": hook_form(model, "test_step", ModelHooks)}
+        self._keras = keras_steps.KerasHooks(model)
 
     def _local(self, cfg: StepConfig, state: TrainState, batch: Batch, kind: str):
         with masked_context(batch.mask):
@@ -307,7 +308,7 @@ class HookedSteps(StepFamily):
         (`skip_filler` over the state and the statistics).
         """
         if self._forms["train"] == KERAS:
-            return keras_steps.train_step(self._model, cfg, skip_empty=skip_empty)
+            return self._keras.train_step(cfg, skip_empty=skip_empty)
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
             def update(carry):
@@ -326,7 +327,7 @@ class HookedSteps(StepFamily):
     def eval_step(self, cfg: StepConfig) -> Callable:
         """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
         if self._forms["eval"] == KERAS:
-            return keras_steps.eval_step(self._model, cfg)
+            return self._keras.eval_step(cfg)
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
             stats = self._local(cfg, state, batch, "eval")[1]
@@ -339,7 +340,7 @@ class HookedSteps(StepFamily):
         use collectives): a Keras step's trackers and logs, a pure step's logs, else the
         compiled loss and metrics."""
         if self._forms[kind] == KERAS:
-            return keras_steps.statistics_shapes(self._model, cfg, state, batch, kind)
+            return self._keras.statistics_shapes(cfg, state, batch, kind)
 
         def per_replica(state, batch):
             return self._local(cfg, state, batch, kind)[1]
@@ -351,14 +352,14 @@ class HookedSteps(StepFamily):
                            kind: str) -> np.ndarray | None:
         """A Keras step's first statistics (its trackers reset); zeros otherwise."""
         if self._forms[kind] == KERAS:
-            return keras_steps.initial_statistics(self._model, layout)
+            return self._keras.initial_statistics(layout)
         return None
 
     def results(self, cfg: StepConfig, stats: Any, kind: str) -> dict[str, Any]:
         """A Keras step's newest logs; a pure step's logs averaged over real rows; else the
         compiled loss and metrics."""
         if self._forms[kind] == KERAS:
-            return keras_steps.results(self._model, stats)
+            return self._keras.results(stats, kind)
         if self._forms[kind] == PURE:
             return {name: s["total"] / max(float(s["count"]), 1.0) for name, s in stats.items()}
         return stats_lib.compiled_results(cfg, stats)
