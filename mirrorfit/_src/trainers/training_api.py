@@ -57,7 +57,8 @@ class TrainingAPI:
                 ``"adamw"``, ``"sgd"``, ``"rmsprop"``), with Keras' default learning rates.
             loss: a callable ``(y_true, y_pred) -> per-example loss [batch]``, a
                 `mirrorfit.losses` object, or a Keras loss name; for a module with several
-                outputs, a list (output order) or dict (output name) of them.
+                outputs, a list (output order) or dict (output name) of them. ``None``
+                for a model that overrides ``train_step`` or ``compute_loss``.
             loss_weights: floats scaling each output's loss (list or dict like ``loss``),
                 or one float for a single loss. The total is their weighted sum.
             metrics: list of metric names (``"accuracy"``, ``"mae"``, ...), callables or
@@ -77,7 +78,7 @@ class TrainingAPI:
         config = step_config(
             self._adapter, optimizer, loss, metrics, family=step_family_for(self),
             loss_weights=loss_weights, weighted_metrics=weighted_metrics,
-            require_loss=not overridden(self, "train_step"),
+            require_loss=not self._own_loss("train_step"),
             scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16",
             module=self.module)
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
