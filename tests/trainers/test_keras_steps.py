@@ -1,0 +1,429 @@
+"""Keras 3's hooks on subclassed models inside fit/evaluate/predict's compiled steps
+(mirrorfit/_src/trainers/keras_steps.py, object_step.py): ``train_step(self, data)``,
+``test_step(self, data)``, ``predict_step(self, data)``, ``compute_loss`` in both
+signatures, ``self.optimizer.apply``, metric trackers, and keras-io examples ported by
+renaming (the gradient is the one changed line: ``mf.value_and_grad``)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mirrorfit as mf
+from mirrorfit._src.trainers import object_step
+from mirrorfit._src.variables import call_context
+from tests.helpers import mirrored_strategy, tree_allclose
+
+L = mf.layers
+RNG = np.random.default_rng(0)
+# 27 rows in global batches of 16: the last batch (11 rows) is padded on 8 replicas.
+X = RNG.normal(size=(27, 4)).astype(np.float32)
+Y = RNG.normal(size=(27, 3)).astype(np.float32)
+# mf.value_and_grad and Variable-backed metrics (update_state inside a step) come from the
+# custom-loop work (branch i28-loops); these tests run once it is merged.
+needs_stateful_metrics = pytest.mark.skipif(
+    not hasattr(mf, "value_and_grad"),
+    reason="needs mf.value_and_grad and Variable-backed metrics (i28-loops)")
+value_and_grad = getattr(mf, "value_and_grad", object_step.value_and_grad)
+
+
+class Regressor(mf.Model):
+    """Dense layers as attributes; Keras' "customizing fit" train_step, metrics by name."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = L.Dense(8, activation="tanh")
+        self.out = L.Dense(3)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+    def train_step(self, data):
+        x, y = data
+
+        def forward():
+            y_pred = self(x, training=True)
+            return self.compute_loss(x=x, y=y, y_pred=y_pred), y_pred
+
+        (loss, y_pred), grads = mf.value_and_grad(forward, self.trainable_variables,
+                                                  has_aux=True)()
+        self.optimizer.apply(grads, self.trainable_variables)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def _regressor(replicas, **compile_kwargs):
+    with mirrored_strategy(replicas).scope():
+        model = Regressor(seed=4)
+        model.compile(**{"optimizer": mf.optimizers.SGD(0.1), "loss": "mse",
+                         "metrics": ["mae"], **compile_kwargs})
+    return model
+
+
+@needs_stateful_metrics
+def test_custom_train_step_trains_to_the_same_weights_on_1_and_8_replicas():
+    runs = {}
+    for replicas in (1, 8):
+        model = _regressor(replicas)
+        history = model.fit(X, Y, batch_size=16, epochs=3, shuffle=False, verbose=0)
+        runs[replicas] = model.get_weights(), history.history
+    tree_allclose(runs[8][0], runs[1][0], rtol=1e-5, atol=1e-6)
+    for key in ("loss", "mae"):  # trackers: per-step running results, the same globally
+        np.testing.assert_allclose(runs[8][1][key], runs[1][1][key], rtol=1e-5)
+    assert list(runs[8][1]) == ["loss", "mae"]
+    assert runs[8][1]["loss"][-1] < runs[8][1]["loss"][0]
+
+
+@needs_stateful_metrics
+def test_trackers_reset_each_epoch_and_history_is_their_numpy_epoch_means():
+    class Frozen(Regressor):  # learning rate 0: the per-batch losses are NumPy's below
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.step_loss = mf.metrics.Mean(name="step_loss")
+            self.rows = mf.metrics.Sum(name="rows")
+
+        @property
+        def metrics(self):
+            return [self.step_loss, self.rows]
+
+        def train_step(self, data):
+            x, y = data
+            loss = self.compute_loss(y=y, y_pred=self(x, training=True))
+            self.step_loss.update_state(loss)  # a scalar: one value per step and replica
+            self.rows.update_state(jnp.ones(x.shape[0]))  # padding rows are left out
+            return {"loss": self.step_loss.result(), "rows": self.rows.result()}
+
+    with mirrored_strategy(8).scope():
+        model = Frozen(seed=4)
+        model.compile(mf.optimizers.SGD(0.0), "mse", steps_per_execution=2)
+    history = model.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    y_pred = np.asarray(model.predict(X, verbose=0))
+    batch_losses = [np.mean((y_pred[i:i + 16] - Y[i:i + 16]) ** 2) for i in (0, 16)]
+    np.testing.assert_allclose(history.history["loss"], [np.mean(batch_losses)] * 2,
+                               rtol=1e-5)
+    assert history.history["rows"] == [27.0, 27.0]  # reset at each epoch's start
+    assert float(model.rows.result()) == 27.0  # the variables hold the last logged values
+    assert model.weights == model.trainable_weights  # the trackers are no weights
+    assert len(model.weights) == 4 and model.layers == [model.hidden, model.out]
+
+
+@needs_stateful_metrics
+def test_keras_test_step_feeds_evaluate_and_validation():
+    class WithTestStep(Regressor):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.abs_error = mf.metrics.MeanAbsoluteError(name="abs_error")
+
+        def test_step(self, data):
+            x, y = data
+            self.abs_error.update_state(y, self(x, training=False))
+            return {"abs_error": self.abs_error.result()}
+
+    with mirrored_strategy(8).scope():
+        model = WithTestStep(seed=4)
+        model.compile(mf.optimizers.SGD(0.1), "mse")
+    history = model.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+                        validation_data=(X, Y))
+    logs = model.evaluate(X, Y, batch_size=16, verbose=0, return_dict=True)
+    expected = np.mean(np.abs(np.asarray(model.predict(X, verbose=0)) - Y))  # all 27 rows
+    assert list(logs) == ["abs_error"]
+    assert logs["abs_error"] == pytest.approx(float(expected), rel=1e-5)
+    assert history.history["val_abs_error"][-1] == pytest.approx(logs["abs_error"], rel=1e-6)
+
+
+@needs_stateful_metrics
+def test_super_train_step_updates_the_loss_tracker_and_compiled_metrics():
+    class Extra(mf.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense = L.Dense(3)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            return {**super().train_step(data), "extra": 2.0}
+
+    histories = []
+    for replicas in (1, 8):
+        with mirrored_strategy(replicas).scope():
+            model = Extra(seed=5)
+            model.compile(mf.optimizers.SGD(0.0), "mse", metrics=["mae"])
+        histories.append(model.fit(X, Y, batch_size=16, epochs=1, shuffle=False,
+                                   verbose=0).history)
+    y_pred = np.asarray(model.predict(X, verbose=0))
+    assert list(histories[1]) == ["loss", "mae", "extra"]
+    for history in histories:  # the loss tracker weighs each batch by its rows
+        assert history["loss"][0] == pytest.approx(float(np.mean((y_pred - Y) ** 2)), rel=1e-5)
+        assert history["mae"][0] == pytest.approx(float(np.mean(np.abs(y_pred - Y))), rel=1e-5)
+        assert history["extra"] == [2.0]
+
+
+# -- keras-io examples by renaming ----------------------------------------------------
+
+class Sampling(L.Layer):
+    """Uses (z_mean, z_log_var) to sample z, the vector encoding a digit."""
+
+    def call(self, inputs):
+        z_mean, z_log_var = inputs
+        epsilon = jax.random.normal(call_context.next_rng(), z_mean.shape)
+        return z_mean + jnp.exp(0.5 * z_log_var) * epsilon
+
+
+class VAE(mf.Model):
+    def __init__(self, encoder, decoder, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+        self.total_loss_tracker = mf.metrics.Mean(name="total_loss")
+        self.reconstruction_loss_tracker = mf.metrics.Mean(name="reconstruction_loss")
+        self.kl_loss_tracker = mf.metrics.Mean(name="kl_loss")
+
+    @property
+    def metrics(self):
+        return [
+            self.total_loss_tracker,
+            self.reconstruction_loss_tracker,
+            self.kl_loss_tracker,
+        ]
+
+    def train_step(self, data):
+        def forward():  # the one changed line: the tape block becomes a function
+            z_mean, z_log_var, z = self.encoder(data)
+            reconstruction = self.decoder(z)
+            reconstruction_loss = jnp.mean(
+                jnp.sum(mf.losses.binary_crossentropy(data, reconstruction), axis=(1, 2)))
+            kl_loss = -0.5 * (1 + z_log_var - jnp.square(z_mean) - jnp.exp(z_log_var))
+            kl_loss = jnp.mean(jnp.sum(kl_loss, axis=1))
+            total_loss = reconstruction_loss + kl_loss
+            return total_loss, (reconstruction_loss, kl_loss)
+
+        (total_loss, (reconstruction_loss, kl_loss)), grads = mf.value_and_grad(
+            forward, self.trainable_weights, has_aux=True)()
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        self.total_loss_tracker.update_state(total_loss)
+        self.reconstruction_loss_tracker.update_state(reconstruction_loss)
+        self.kl_loss_tracker.update_state(kl_loss)
+        return {
+            "loss": self.total_loss_tracker.result(),
+            "reconstruction_loss": self.reconstruction_loss_tracker.result(),
+            "kl_loss": self.kl_loss_tracker.result(),
+        }
+
+    def call(self, x):
+        z_mean, z_log_var, z = self.encoder(x)
+        return self.decoder(z)
+
+
+def _digits(rows):
+    """8x8 "digits": one of two stroke patterns per image, with a few pixels flipped."""
+    rng = np.random.default_rng(1)
+    strokes = np.zeros((2, 8, 8), np.float32)
+    strokes[0, :, 3:5] = 1.0  # a vertical bar
+    strokes[1, 3:5, :] = 1.0  # a horizontal bar
+    images = strokes[rng.integers(0, 2, rows)]
+    flip = rng.random(images.shape) < 0.05
+    return np.where(flip, 1.0 - images, images)[..., None]
+
+
+def _reconstruction_error(encoder, decoder, digits):
+    z_mean, _, _ = encoder.predict(digits, verbose=0)
+    reconstruction = np.clip(decoder.predict(z_mean, verbose=0), 1e-7, 1 - 1e-7)
+    return float(-np.mean(digits * np.log(reconstruction)
+                          + (1 - digits) * np.log(1 - reconstruction)))
+
+
+@needs_stateful_metrics
+def test_vae_example_trains_and_its_encoder_and_decoder_have_the_trained_weights():
+    latent_dim = 2
+    with mirrored_strategy(2).scope():
+        encoder_inputs = mf.Input(shape=(8, 8, 1))
+        x = L.Conv2D(8, 3, activation="relu", strides=2, padding="same")(encoder_inputs)
+        x = L.Flatten()(x)
+        x = L.Dense(16, activation="relu")(x)
+        z_mean = L.Dense(latent_dim, name="z_mean")(x)
+        z_log_var = L.Dense(latent_dim, name="z_log_var")(x)
+        z = Sampling()([z_mean, z_log_var])
+        encoder = mf.Model(encoder_inputs, [z_mean, z_log_var, z], name="encoder")
+
+        latent_inputs = mf.Input(shape=(latent_dim,))
+        x = L.Dense(4 * 4 * 8, activation="relu")(latent_inputs)
+        x = L.Reshape((4, 4, 8))(x)
+        decoder_outputs = L.Conv2DTranspose(1, 3, activation="sigmoid", strides=2,
+                                            padding="same")(x)
+        decoder = mf.Model(latent_inputs, decoder_outputs, name="decoder")
+
+        vae = VAE(encoder, decoder)
+        vae.compile(optimizer=mf.optimizers.Adam(0.02))
+    digits = _digits(96)
+    untrained = _reconstruction_error(encoder, decoder, digits)
+    history = vae.fit(digits, epochs=6, batch_size=32, verbose=0)  # fit(x): no targets
+
+    assert list(history.history) == ["loss", "reconstruction_loss", "kl_loss"]
+    assert history.history["loss"][-1] < 0.8 * history.history["loss"][0]
+    # The encoder and decoder models share the VAE's trained weights: their own predict
+    # reconstructs far better than before training.
+    assert _reconstruction_error(encoder, decoder, digits) < 0.7 * untrained
+    assert len(vae.weights) == len(encoder.weights) + len(decoder.weights)  # no trackers
+    assert float(vae.total_loss_tracker.result()) == pytest.approx(history.history["loss"][-1])
+
+
+class Distiller(mf.Model):
+    def __init__(self, student, teacher):
+        super().__init__()
+        self.teacher = teacher
+        self.student = student
+
+    def compile(self, optimizer, metrics, student_loss_fn, distillation_loss_fn, alpha=0.1,
+                temperature=3):
+        super().compile(optimizer=optimizer, metrics=metrics)
+        self.student_loss_fn = student_loss_fn
+        self.distillation_loss_fn = distillation_loss_fn
+        self.alpha = alpha
+        self.temperature = temperature
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, allow_empty=False):
+        teacher_pred = self.teacher(x, training=False)
+        student_loss = self.student_loss_fn(y, y_pred)
+        distillation_loss = self.distillation_loss_fn(
+            jax.nn.softmax(teacher_pred / self.temperature, axis=1),
+            jax.nn.softmax(y_pred / self.temperature, axis=1),
+        ) * (self.temperature**2)
+        loss = self.alpha * student_loss + (1 - self.alpha) * distillation_loss
+        return loss
+
+    def call(self, x):
+        return self.student(x)
+
+
+def _convnet(filters, name):
+    return mf.Sequential([
+        mf.Input(shape=(6, 6, 1)),
+        L.Conv2D(filters, (3, 3), strides=(2, 2), padding="same"),
+        L.Activation("relu"),
+        L.Flatten(),
+        L.Dense(4),
+    ], name=name)
+
+
+def test_distiller_example_trains_the_student_against_a_frozen_teacher():
+    x = RNG.normal(size=(48, 6, 6, 1)).astype(np.float32)
+    y = RNG.integers(0, 4, size=48)
+    with mirrored_strategy(2).scope():
+        teacher, student = _convnet(8, "teacher"), _convnet(4, "student")
+        teacher.compile(mf.optimizers.Adam(), mf.losses.SparseCategoricalCrossentropy(
+            from_logits=True))
+        teacher.fit(x, y, epochs=1, verbose=0)
+        teacher.trainable = False
+        distiller = Distiller(student=student, teacher=teacher)
+        distiller.compile(
+            optimizer=mf.optimizers.Adam(0.01),
+            metrics=[mf.metrics.SparseCategoricalAccuracy()],
+            student_loss_fn=mf.losses.SparseCategoricalCrossentropy(from_logits=True),
+            distillation_loss_fn=mf.losses.KLDivergence(),
+            alpha=0.1,
+            temperature=10,
+        )
+    teacher_weights, student_weights = teacher.get_weights(), student.get_weights()
+    history = distiller.fit(x, y, epochs=3, batch_size=16, verbose=0)
+
+    assert list(history.history) == ["loss", "sparse_categorical_accuracy"]
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    tree_allclose(teacher.get_weights(), teacher_weights, rtol=0)  # frozen: unchanged
+    assert not np.allclose(student.get_weights()[0], student_weights[0])
+    np.testing.assert_array_equal(distiller.predict(x, verbose=0), student.predict(x, verbose=0))
+    # One global batch: evaluate's loss is compute_loss's formula over all rows, in NumPy.
+    logits_t = np.asarray(teacher.predict(x, verbose=0), np.float64)
+    logits_s = np.asarray(student.predict(x, verbose=0), np.float64)
+
+    def softmax(v):
+        e = np.exp(v - v.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    student_loss = -np.mean(np.log(softmax(logits_s)[np.arange(48), y]))
+    p, q = softmax(logits_t / 10), softmax(logits_s / 10)
+    distillation = np.mean(np.sum(p * np.log(p / q), axis=1)) * 100
+    loss = distiller.evaluate(x, y, batch_size=48, verbose=0, return_dict=True)["loss"]
+    assert loss == pytest.approx(0.1 * student_loss + 0.9 * distillation, rel=1e-4)
+
+
+# -- signatures, errors, the smaller hooks ----------------------------------------------
+
+def test_keras_jax_stateless_train_step_is_refused_at_compile_with_the_rename():
+    class JaxForm(Regressor):
+        def train_step(self, state, data):
+            return {}, state
+
+    with mirrored_strategy(1).scope():
+        model = JaxForm()
+    with pytest.raises(TypeError, match=r"rename it to `def train_step\(self, data\):`"):
+        model.compile("sgd", "mse")
+
+
+def test_fit_without_targets_needs_a_loss_of_the_model_own():
+    with mirrored_strategy(1).scope():
+        plain = mf.Sequential([L.Dense(3)], input_shape=(4,))
+        plain.compile("sgd", "mse")
+    with pytest.raises(ValueError, match="y is required"):
+        plain.fit(X, epochs=1, verbose=0)
+
+    class OwnLoss(Regressor):  # a train_step needs no y: fit(x) passes data = x
+        def train_step(self, data):
+            loss, grads = value_and_grad(lambda: jnp.mean(self(data) ** 2),
+                                         self.trainable_variables)()
+            self.optimizer.apply(grads)
+            return {"loss": loss}
+
+    with mirrored_strategy(2).scope():
+        model = OwnLoss(seed=2)
+        model.compile(mf.optimizers.SGD(0.1))
+    history = model.fit(X[:16], epochs=2, batch_size=16, verbose=0)
+    assert history.history["loss"][1] < history.history["loss"][0]
+
+
+def test_predict_step_override_changes_what_predict_returns():
+    class Classifier(Regressor):
+        def predict_step(self, data):
+            return jnp.argmax(super().predict_step(data), axis=-1)
+
+    with mirrored_strategy(8).scope():
+        model = Classifier(seed=3)
+    labels = model.predict(X, batch_size=16, verbose=0)  # 27 rows: padding dropped
+    logits = np.asarray(model(X))
+    np.testing.assert_array_equal(labels, np.argmax(logits, axis=-1))
+
+
+def test_optimizer_apply_outside_a_train_step_says_where_it_works():
+    model = _regressor(1)
+    with pytest.raises(RuntimeError, match="inside fit's compiled step"):
+        model.optimizer.apply([jnp.zeros((4, 8))])
+
+
+def test_stateless_call_is_the_forward_pass_on_given_values():
+    model = _regressor(1)
+    model.fit(X, Y, epochs=1, verbose=0)
+    trainable = [jnp.zeros_like(v.value) for v in model.trainable_variables]
+    y_pred, non_trainable = model.stateless_call(trainable, [], X)
+    np.testing.assert_array_equal(y_pred, np.zeros((27, 3)))  # zero weights, zero outputs
+    assert non_trainable == []
+    np.testing.assert_allclose(model.stateless_call(
+        [v.value for v in model.trainable_variables], [], X)[0], model(X), rtol=1e-6)
+    assert not np.allclose(model.trainable_variables[0].numpy(), 0.0)  # not assigned
+
+
+def test_metrics_lists_the_loss_tracker_compiled_metrics_and_attribute_trackers():
+    class Tracked(Regressor):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.tracker = mf.metrics.Mean(name="tracker")
+
+    with mirrored_strategy(1).scope():
+        model = Tracked()
+        assert model.metrics_names == ["tracker"]
+        model.compile("sgd", "mse", metrics=["mae"])
+    assert model.metrics_names == ["loss", "mae", "tracker"]
+    assert all(not isinstance(layer, mf.metrics.Metric) for layer in model.layers)
