@@ -52,6 +52,7 @@ from mirrorfit._src.distribute.replica_context import (
     replica_context,
 )
 from mirrorfit._src.distribute.run import compile_per_replica
+from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.object_step import ObjectStep, current_step, value_and_grad
@@ -131,9 +132,13 @@ def unpack_data(data: Any) -> tuple[Any, Any, Any]:
 @contextlib.contextmanager
 def masked_context(mask: jax.Array) -> Iterator[None]:
     """The replica context of a hooked step: the step's padding mask for the loss helpers
-    and metric updates."""
+    and metric updates. An optimizer object's ``apply_gradients`` inside the step
+    all-reduces with ``MEAN`` (its ``gradient_reduce_op``): a Keras-style step's loss is a
+    per-replica mean, as ``model.optimizer.apply`` assumes."""
     outer = get_replica_context()
-    with replica_context(ReplicaContext(outer.num_replicas_in_sync, mask, in_run=True)):
+    context = ReplicaContext(outer.num_replicas_in_sync, mask, in_run=True)
+    context.gradient_reduce_op = ReduceOp.MEAN  # type: ignore[attr-defined]
+    with replica_context(context):
         yield
 
 
@@ -235,7 +240,8 @@ class KerasHooks:
         batch = batch._replace(sample_weight=stats_lib.example_weights(batch) * batch.mask)
         training = kind == "train"
         step = ObjectStep(model, state, tracker_variables(model), tracker_values,
-                          cfg.optimizer if training else None)
+                          cfg.optimizer if training else None,
+                          tracker_source=lambda: tracker_variables(model))
         rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
         name = "train_step" if training else "test_step"
         with masked_context(batch.mask), step.running(rng):

@@ -139,11 +139,15 @@ class ObjectStep:
         trackers: the metric variables the step carries (`keras_steps.tracker_variables`).
         tracker_values: their traced values, in order.
         optimizer: the compiled ``optax.GradientTransformation`` (``None`` in evaluation).
+        tracker_source: lists the trackers anew (a metric may create its variables during
+            the first trace); their assignments are not lost.
     """
 
     def __init__(self, model: Any, state: TrainState, trackers: Sequence[Variable],
-                 tracker_values: Sequence[Any], optimizer: optax.GradientTransformation | None):
+                 tracker_values: Sequence[Any], optimizer: optax.GradientTransformation | None,
+                 tracker_source: Callable[[], Sequence[Variable]] = list):
         self.model = model
+        self.tracker_source = tracker_source
         self.refs = model_refs(model, state)
         self.trackers = list(trackers)
         self.opt_state = state.opt_state
@@ -169,6 +173,22 @@ class ObjectStep:
             finally:
                 stack.pop()
                 self.model._clear_losses()
+        self._check_carried(scope)
+
+    def _check_carried(self, scope: StepScope) -> None:
+        """Refuses assignments the step would lose: to variables that are neither the
+        model's nor a tracker's (an optimizer object's state, a variable of an object
+        that is no attribute of the model)."""
+        carried = {id(r.variable) for r in self.refs} | {id(v) for v in self.trackers}
+        carried |= {id(v) for v in self.tracker_source()}  # built by this trace
+        lost = [getattr(v, "path", "?") for v, _ in scope.updates if id(v) not in carried]
+        if lost:
+            raise ValueError(
+                "The step assigned variables that fit does not carry from step to step, so "
+                "their new values would be lost: update the model's weights with "
+                "model.optimizer (compile's optimizer; its state is the model's optimizer "
+                "state) and keep metrics as attributes of the model. Received: assignments "
+                f"to {lost[:5]}")
 
     def value(self, variable: Variable) -> Any:
         """``variable`` 's current value in this step."""
