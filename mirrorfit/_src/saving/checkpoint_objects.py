@@ -42,9 +42,9 @@ UNBUILT = (
 
 UNSUPPORTED = (
     "mf.Checkpoint saves Variables, objects that own them (layers, models, optimizers, "
-    "metrics), mf.Model instances and pytrees of arrays or numbers, but {what} is a {kind}. "
-    "Pass the object that owns its state instead (a compiled model's optimizer state, step "
-    "and RNG key are saved with the model). Received: {name}={value!r}")
+    "metrics), mf.Model instances and pytrees of arrays or numbers, but {what} is of type "
+    "{kind}. Pass the object that owns its state instead (a compiled model's optimizer "
+    "state, step and RNG key are saved with the model). Received: {name}={value!r}")
 """Error for a value that holds something mirrorfit cannot store."""
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic, int, float, bool)
