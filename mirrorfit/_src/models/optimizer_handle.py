@@ -118,9 +118,8 @@ class OptimizerHandle:
                 if the model has no weights yet.
             TypeError: on assignment of anything but a number >= 0.
         """
-        self._read_learning_rate()  # raises now for an optimizer without one
-        return StateVariable("learning_rate", self._read_learning_rate,
-                             self._write_learning_rate)
+        return StateVariable(  # reads the rate now: raises for an optimizer without one
+            "learning_rate", self._read_learning_rate, self._write_learning_rate)
 
     @learning_rate.setter
     def learning_rate(self, value: Any) -> None:
@@ -148,9 +147,8 @@ class OptimizerHandle:
         Raises:
             ValueError: if the model has no weights yet.
         """
-        self._step()  # raises now for an unbuilt model
-        return StateVariable("iterations", self._step,
-                             lambda value: self._model.assign_state(step=value))
+        return StateVariable(  # reads the step now: raises for an unbuilt model
+            "iterations", self._step, lambda value: self._model.assign_state(step=value))
 
     def _step(self) -> jax.Array:
         if self._model.state is None:
