@@ -13,15 +13,51 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.saving.checkpoint import CheckpointError, load
+from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.tracking import walk
 from mirrorfit._src.variables.variable import Variable
 from tests.helpers import mirrored_strategy, tree_equal
 
-# -- small Keras-style objects: what walk() finds, as layers and optimizers will own them --
+# -- Keras-style objects: a subclassed layer and model, and an optimizer owning Variables ----
+
+
+class Block(mf.layers.Layer):
+    """A subclassed layer creating its weights in build."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units), name="kernel",
+                                      initializer="glorot_uniform")
+        self.bias = self.add_weight(shape=(self.units,), initializer="zeros", name="bias")
+
+    def call(self, x):
+        return jnp.tanh(x @ self.kernel.value + self.bias.value)
+
+
+class Net(mf.Model):
+    """A subclassed model: a subclassed layer, then a built-in one."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.block = Block(8)
+        self.head = mf.layers.Dense(2)
+
+    def call(self, x, training=False):
+        return self.head(self.block(x))
+
+
+def _net(replicas, seed):
+    with mirrored_strategy(replicas).scope():
+        model = Net(seed=seed)
+        model(X[:2])  # builds the weights
+    return model
 
 
 class Dense:
-    """A layer owning its kernel and bias."""
+    """A plain object owning variables, as walk() finds them."""
 
     _mf_trackable = True
 
@@ -30,28 +66,18 @@ class Dense:
         self.kernel = Variable(jax.random.normal(key, (units_in, units_out)), name="kernel")
         self.bias = Variable(jnp.zeros(units_out), name="bias")
 
-    def __call__(self, x):
-        return x @ self.kernel.value + self.bias.value
 
-
-class Net:
-    """A model owning a list of layers."""
+class Stack:
+    """A plain object owning a list of them."""
 
     _mf_trackable = True
 
     def __init__(self, seed):
         self.layers = [Dense(4, 8, seed), Dense(8, 2, seed + 1)]
 
-    def __call__(self, x):
-        return self.layers[1](jnp.tanh(self.layers[0](x)))
-
-    @property
-    def trainable_variables(self):
-        return [v for layer in self.layers for v in (layer.kernel, layer.bias)]
-
 
 class Momentum:
-    """An optimizer owning its step counter and one slot per variable, built on first use."""
+    """An optimizer owning its step counter and one slot per variable."""
 
     _mf_trackable = True
 
@@ -76,13 +102,13 @@ Y = np.random.default_rng(1).normal(size=(16, 2)).astype(np.float32)
 
 
 def _train(model, optimizer, steps):
-    """A custom loop: the loss of the values, its gradient, the optimizer's update."""
+    """A custom loop: the model run on traced values in a stateless scope, its gradient, the
+    optimizer's update of the variables."""
     variables = model.trainable_variables
 
     def loss_of(values):
-        layer0, layer1 = (values[0], values[1]), (values[2], values[3])
-        hidden = jnp.tanh(X @ layer0[0] + layer0[1])
-        return jnp.mean((hidden @ layer1[0] + layer1[1] - Y) ** 2)
+        with StatelessScope(list(zip(variables, values))):
+            return jnp.mean((model(X, training=True) - Y) ** 2)
 
     for _ in range(steps):
         grads = jax.grad(loss_of)([v.value for v in variables])
@@ -103,8 +129,9 @@ def _assert_bitwise(a, b):
 
 
 def test_model_and_optimizer_objects_resume_a_custom_loop_bitwise(tmp_path):
+    model = _net(8, seed=0)
     with mirrored_strategy(8).scope():
-        model, optimizer = Net(seed=0), Momentum()
+        optimizer = Momentum()
         optimizer.build(model.trainable_variables)
     _train(model, optimizer, 3)
     ckpt = mf.Checkpoint(model=model, optimizer=optimizer)
@@ -113,8 +140,9 @@ def test_model_and_optimizer_objects_resume_a_custom_loop_bitwise(tmp_path):
     _train(model, optimizer, 2)  # the run goes on from the save
     continued = _values(model, optimizer)
 
+    fresh_model = _net(8, seed=7)
     with mirrored_strategy(8).scope():
-        fresh_model, fresh_optimizer = Net(seed=7), Momentum()
+        fresh_optimizer = Momentum()
         fresh_optimizer.build(fresh_model.trainable_variables)  # slots exist before restore
     mf.Checkpoint(model=fresh_model, optimizer=fresh_optimizer).restore(path)
     _assert_bitwise(_values(fresh_model, fresh_optimizer), saved)
@@ -124,20 +152,18 @@ def test_model_and_optimizer_objects_resume_a_custom_loop_bitwise(tmp_path):
 
 
 def test_restore_saved_on_8_devices_under_1_device_keeps_placement(tmp_path):
-    with mirrored_strategy(8).scope():
-        model = Net(seed=0)
+    model = _net(8, seed=0)
     eight = mirrored_strategy(8)
     params = eight.replicate({"w": jnp.arange(3.0)})
     path = mf.Checkpoint(model=model, params=params, step=7).save(tmp_path / "ckpt")
 
     one = mirrored_strategy(1)
-    with one.scope():
-        fresh = Net(seed=3)
+    fresh = _net(1, seed=3)
     restored = mf.Checkpoint(model=fresh, params=one.replicate({"w": jnp.zeros(3)}), step=0)
     restored.restore(path)
     _assert_bitwise(_values(fresh), _values(model))
-    kernel = fresh.layers[0].kernel.value
-    assert kernel.sharding.device_set == {jax.devices()[0]}  # the variable's own placement
+    for variable in fresh.variables:  # each keeps its own placement: the 1-device strategy's
+        assert variable.value.sharding.device_set == {jax.devices()[0]}
     assert isinstance(restored.params["w"], mf.Mirrored)  # mirrored again, on 1 device
     assert len(restored.params["w"].sharding.device_set) == 1
     np.testing.assert_array_equal(restored.params["w"], [0.0, 1.0, 2.0])
@@ -158,6 +184,53 @@ def test_a_variable_reached_twice_is_stored_once(tmp_path):
 
 
 # -- mf.Model ---------------------------------------------------------------------------------
+
+
+def test_subclassed_model_trained_in_a_custom_loop_restores_its_newer_variables(tmp_path):
+    model = _net(1, seed=0)
+    with mirrored_strategy(1).scope():
+        optimizer = Momentum()
+        optimizer.build(model.trainable_variables)
+    _train(model, optimizer, 3)  # the variables move on; the model's state is not synced
+    path = mf.Checkpoint(model=model).save(tmp_path / "ckpt")
+    fresh = _net(1, seed=5)
+    mf.Checkpoint(model=fresh).restore(path)
+    _assert_bitwise(_values(fresh), _values(model))
+    # The trained variables won over the saved state; predict syncs them into the state.
+    np.testing.assert_array_equal(fresh.predict(X, verbose=0), model.predict(X, verbose=0))
+
+
+def test_subclassed_model_resumes_fit_with_its_optimizer_state_bitwise(tmp_path):
+    def compiled(seed):
+        model = _net(8, seed=seed)
+        model.compile(mf.optimizers.Adam(0.01), "mse")
+        return model
+
+    model = compiled(0)
+    model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    path = mf.Checkpoint(model=model).save(tmp_path / "ckpt")
+    model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+
+    fresh = compiled(5)
+    mf.Checkpoint(model=fresh).restore(path)
+    assert int(fresh.optimizer.iterations) == 2
+    fresh.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # Adam's moments too
+    _assert_bitwise(_values(fresh), _values(model))
+
+
+def test_model_saved_before_its_state_existed_restores_its_variables(tmp_path):
+    with mirrored_strategy(1).scope():
+        model = Net(seed=0)
+        with StatelessScope():
+            model(X[:2])  # inside a custom step: the variables exist, the state does not
+    assert model.state is None
+    path = mf.Checkpoint(model=model).save(tmp_path / "ckpt")
+    assert not any("_mf_train_state" in key for key in load(path).arrays)
+    fresh = _net(1, seed=5)  # built: it has a state, the checkpoint has none
+    mf.Checkpoint(model=fresh).restore(path)
+    _assert_bitwise(_values(fresh), _values(model))
+    np.testing.assert_array_equal(fresh.predict(X[:2], verbose=0),
+                                  np.asarray(model.head(model.block(X[:2]))))
 
 
 def _classifier(replicas, seed, compile=True):
@@ -312,9 +385,9 @@ def test_checkpoint_manager_numbers_prunes_and_goes_on_from_the_directory(tmp_pa
 
 
 def test_mismatch_names_every_path_expected_and_found_and_restores_nothing(tmp_path):
-    model = Net(seed=0)
+    model = Stack(seed=0)
     path = mf.Checkpoint(model=model, w=np.ones(3, np.float32)).save(tmp_path / "ckpt")
-    other = Net(seed=1)
+    other = Stack(seed=1)
     other.layers[1].kernel = Variable(jnp.zeros((8, 5)))  # another architecture
     other.layers[1].extra = Variable(jnp.zeros(2))
     del other.layers[0].bias

@@ -10,10 +10,16 @@ the attribute path that reaches them. A value is a pytree whose leaves are:
   ``__mf_variables__`` or a class that sets ``_mf_trackable``): one slot per variable that
   `mirrorfit._src.variables.tracking.walk` finds, at its attribute path; assigned;
 * an object with a training state, duck-typed as ``mf.Model`` offers it (``state``, a
-  NamedTuple of pytrees, and ``assign_state(**fields)``): one slot per leaf of each field
-  (``"model/params/Dense_0/kernel"``, ``"model/opt_state/..."``, ``"model/step"``, as
-  ``model.save`` stores them), restored at once through ``assign_state``, which places them
-  on the model's devices; its variables, if it owns any, follow under ``variables/``;
+  NamedTuple of pytrees, or ``None`` before it is built, and ``assign_state(**fields)``):
+  its variables as above (a subclassed model's own; a Flax-module model's views of its
+  state), and, once built, every leaf of every state field under ``_mf_train_state/``
+  (``"model/_mf_train_state/opt_state/..."``; `walk` skips ``_mf`` names, so no variable
+  path can collide), so the optimizer state, step and RNG key are saved too. A restore
+  assigns the state first (``assign_state`` places it on the model's devices and writes it
+  into the model's variables), then the variables: for a subclassed model trained in a
+  custom loop the variables are newer than its state, and they win. A checkpoint without
+  the state part (saved from a model whose state was not built yet) restores the
+  variables only;
 * an array or number (a `Mirrored` is stored as the plain array it holds): one slot; restored
   into a new pytree whose leaves are placed like the ones they replace (a `Mirrored` on its
   devices again, a Python number as the same type), which replaces the checkpoint attribute.
@@ -33,6 +39,9 @@ import numpy as np
 from mirrorfit._src.distribute.values import Mirrored
 from mirrorfit._src.variables.tracking import walk
 from mirrorfit._src.variables.variable import Variable
+
+TRAIN_STATE = "_mf_train_state"
+"""Under a model's path: its training-state fields (see the module docstring)."""
 
 UNBUILT = (
     "mf.Checkpoint({name}=...) holds a model with no weights yet, so there is nothing to "
@@ -132,7 +141,7 @@ class Entry:
         action: ``"save"`` or ``"restore"``, for error messages.
 
     Raises:
-        ValueError: for a model without a training state (unbuilt).
+        ValueError: for a model without weights (unbuilt).
         TypeError: for a leaf that is neither an array, a number, a Variable nor an object
             that owns variables or a training state.
     """
@@ -141,7 +150,9 @@ class Entry:
         self.name = name
         self.value = value
         self.slots: list[Slot] = []
-        self.optional: list[str] = []  # key prefixes the checkpoint may hold but we ignore
+        self.optional: list[str] = []  # key prefixes whose slots a checkpoint may lack
+        self.ignored: list[str] = []  # key prefixes a checkpoint may hold but are not restored
+        self._states: list[Callable[[dict[str, np.ndarray]], None]] = []
         self._restorers: list[Callable[[dict[str, np.ndarray]], Any]] = []
         leaves, self._treedef = _leaves(value)
         for path, leaf in leaves:
@@ -153,7 +164,7 @@ class Entry:
         if isinstance(leaf, Variable):
             return self._add_variables([(path, leaf)], seen, leaf)
         if owns_state(leaf):
-            return self._add_state(name, path, leaf, seen, action)
+            return self._add_model(name, path, leaf, seen, action)
         if owns_variables(leaf):
             return self._add_variables(walk(leaf, path), seen, leaf)
         if not isinstance(leaf, (*_ARRAYS, Mirrored)):
@@ -175,39 +186,53 @@ class Entry:
 
         return restore
 
-    def _add_state(self, name: str, path: tuple[str, ...], model: Any, seen: set[int],
+    def _add_model(self, name: str, path: tuple[str, ...], model: Any, seen: set[int],
                    action: str) -> Callable[[dict[str, np.ndarray]], Any]:
+        pairs = walk(model, path)
         state = model.state
+        prefix = "/".join((*path, TRAIN_STATE))
         if state is None:
-            raise ValueError(UNBUILT.format(name=name, action=action, value=model))
+            if not pairs:
+                raise ValueError(UNBUILT.format(name=name, action=action, value=model))
+            self.ignored.append(prefix)
+            return self._add_variables(pairs, seen, model)
         every = state._asdict() if hasattr(state, "_asdict") else dict(state)
-        fields = {field: tree for field, tree in every.items() if tree is not None}
-        self.optional += ["/".join((*path, field)) for field, tree in every.items()
-                          if tree is None]  # e.g. the optimizer state of an uncompiled model
+        self.ignored += [f"{prefix}/{field}" for field, tree in every.items()
+                         if tree is None]  # e.g. the optimizer state of an uncompiled model
+        self.optional.append(prefix)
         rebuilds = {}
-        for field, tree in fields.items():
-            leaves, treedef = _leaves(tree)
-            keys = ["/".join((*path, field, *sub)) for sub, _ in leaves]
-            self.slots.extend(Slot(key, leaf) for key, (_, leaf) in zip(keys, leaves))
-            rebuilds[field] = (treedef, keys, [leaf for _, leaf in leaves])
-        variables = self._add_variables(walk(model, (*path, "variables")), seen, model)
+        for field, tree in every.items():
+            if tree is not None:
+                leaves, treedef = _leaves(tree)
+                keys = ["/".join((prefix, field, *sub)) for sub, _ in leaves]
+                self.slots.extend(Slot(key, leaf) for key, (_, leaf) in zip(keys, leaves))
+                rebuilds[field] = (treedef, keys, [leaf for _, leaf in leaves])
 
-        def restore(arrays: dict[str, np.ndarray]) -> Any:
+        def restore_state(arrays: dict[str, np.ndarray]) -> None:
+            if not any(key.startswith(prefix + "/") for key in arrays):
+                return  # saved before the model had a state: its variables restore it
             model.assign_state(**{  # host values: assign_state places them on its devices
                 field: jax.tree_util.tree_unflatten(treedef, [
                     arrays[key].astype(_dtype(leaf)) for key, leaf in zip(keys, leaves)])
                 for field, (treedef, keys, leaves) in rebuilds.items()})
-            return variables(arrays)
 
-        return restore
+        self._states.append(restore_state)
+        return self._add_variables(pairs, seen, model)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The slots' current values on the host, by key."""
         return {slot.key: _host(slot.current) for slot in self.slots}
 
+    def restore_states(self, arrays: dict[str, np.ndarray]) -> None:
+        """Assigns the models' training states (before any entry's variables: a state
+        assignment also writes the model's variables)."""
+        for restore in self._states:
+            restore(arrays)
+
     def restore(self, arrays: dict[str, np.ndarray]) -> Any:
-        """Writes ``arrays`` (checked to hold every slot) into the value; returns the value
-        the checkpoint attribute holds afterwards (the same objects, a new pytree)."""
+        """Writes ``arrays`` (checked by `mismatches`) into the variables and pytree leaves;
+        returns the value the checkpoint attribute holds afterwards (the same objects, a new
+        pytree)."""
         return jax.tree_util.tree_unflatten(self._treedef,
                                             [restore(arrays) for restore in self._restorers])
 
@@ -217,8 +242,13 @@ def mismatches(entries: list[Entry], arrays: dict[str, np.ndarray]) -> list[str]
 
     A slot missing from ``arrays`` or of another shape is listed, and so is an array stored
     under one of the entries' names that no slot takes (another architecture). Arrays under
-    names the entries do not have are not: a restore may take part of a checkpoint.
+    names the entries do not have are not: a restore may take part of a checkpoint. A model's
+    training state may be missing as a whole (``Entry.optional``).
     """
+    present = {prefix for entry in entries for prefix in entry.optional
+               if any(key.startswith(prefix + "/") for key in arrays)}
+    absent = tuple(prefix + "/" for entry in entries for prefix in entry.optional
+                   if prefix not in present)
     problems = []
     keys = set()
     for slot in (slot for entry in entries for slot in entry.slots):
@@ -226,14 +256,15 @@ def mismatches(entries: list[Entry], arrays: dict[str, np.ndarray]) -> list[str]
         expected = f"shape {tuple(np.shape(slot.current))} {_dtype(slot.current)}"
         found = arrays.get(slot.key)
         if found is None:
-            problems.append(f"{slot.key}: expected {expected}, missing from the checkpoint")
+            if not slot.key.startswith(absent):
+                problems.append(f"{slot.key}: expected {expected}, missing from the checkpoint")
         elif found.shape != tuple(np.shape(slot.current)):
             problems.append(f"{slot.key}: expected {expected}, found shape {found.shape} "
                             f"{found.dtype} in the checkpoint")
     names = {entry.name for entry in entries}
-    optional = tuple(prefix + "/" for entry in entries for prefix in entry.optional)
+    ignored = tuple(prefix + "/" for entry in entries for prefix in entry.ignored)
     for key in sorted(arrays):
-        if key.split("/", 1)[0] in names and key not in keys and not key.startswith(optional):
+        if key.split("/", 1)[0] in names and key not in keys and not key.startswith(ignored):
             problems.append(f"{key}: found shape {arrays[key].shape} {arrays[key].dtype} in "
                             "the checkpoint, but the object has no such variable")
     return problems

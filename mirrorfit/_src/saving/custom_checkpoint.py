@@ -236,6 +236,8 @@ class Checkpoint:
                 "built first, e.g. by calling the model on a batch or optimizer.build("
                 f"model.trainable_variables). Received: save_path={os.fspath(save_path)!r}")
         for entry in entries:
+            entry.restore_states(found.arrays)
+        for entry in entries:
             self.__dict__[entry.name] = entry.restore(found.arrays)
         if restore_counter and "save_counter" in found.info:
             self.save_counter.assign(found.info["save_counter"])
