@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.models.optimizer_handle import StateVariable
+from mirrorfit._src.models.optimizer_handle import OptimizerVariable
 from mirrorfit._src.variables.variable import Variable
 from tests.helpers import mirrored_strategy
 
@@ -66,7 +66,7 @@ def test_iterations_is_an_int_variable_over_the_step_counter():
     model = _model(8)
     model.fit(X, Y, batch_size=8, epochs=2, verbose=0)
     iterations = model.optimizer.iterations
-    assert isinstance(iterations, StateVariable) and iterations.dtype == np.int32
+    assert isinstance(iterations, OptimizerVariable) and iterations.dtype == np.int32
     assert int(iterations) == 4 and iterations.numpy() == 4 and iterations == 4
     iterations.assign(10)
     assert int(model.state.step) == 10

@@ -5,8 +5,9 @@ model's training state, where the live values are: the learning rate is
 ``opt_state.hyperparams["learning_rate"]`` (read and written through
 `mirrorfit._src.optimizers.learning_rate`, so a new rate applies at the next step without
 recompiling) and ``iterations`` is the train-step count. Both are Keras variables
-(`StateVariable`: ``.numpy()``, ``.assign(x)``, ``float(v)``) whose value is the one in the
-state now, as ``keras.optimizers.Optimizer.learning_rate`` and ``iterations`` are.
+(`OptimizerVariable`: ``.numpy()``, ``.assign(x)``, ``float(v)``) whose value is the one in
+the state now, as ``keras.optimizers.Optimizer.learning_rate`` and ``iterations`` are.
+(`mirrorfit._src.models.variable_views` shows a model's weights the same way.)
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from mirrorfit._src.variables.variable import Variable
 _OWNER = "model.optimizer.learning_rate"
 
 
-class StateVariable(Variable):
-    """A `Variable` whose value lives in a model's training state, not in the variable.
+class OptimizerVariable(Variable):
+    """A scalar `Variable` whose value lives in a model's training state, not in itself.
 
     Reading it (``.value``, ``.numpy()``, ``float(v)``, ``round(v, 6)``, operators,
     ``v == 0.1``) reads the state now; ``v.assign(x)`` writes ``x`` into the state through
@@ -103,8 +104,8 @@ class OptimizerHandle:
         self.transformation = transformation
 
     @property
-    def learning_rate(self) -> StateVariable:
-        """The learning rate: a scalar float `StateVariable` reading the optimizer state.
+    def learning_rate(self) -> OptimizerVariable:
+        """The learning rate: a scalar float `OptimizerVariable` reading the optimizer state.
 
         ``model.optimizer.learning_rate.numpy()`` (or ``float(...)``) is the current rate.
         Assigning a number (``model.optimizer.learning_rate = 0.01``) or calling
@@ -118,7 +119,7 @@ class OptimizerHandle:
                 if the model has no weights yet.
             TypeError: on assignment of anything but a number >= 0.
         """
-        return StateVariable(  # reads the rate now: raises for an optimizer without one
+        return OptimizerVariable(  # reads the rate now: raises for an optimizer without one
             "learning_rate", self._read_learning_rate, self._write_learning_rate)
 
     @learning_rate.setter
@@ -140,14 +141,14 @@ class OptimizerHandle:
                                                              _OWNER))
 
     @property
-    def iterations(self) -> StateVariable:
+    def iterations(self) -> OptimizerVariable:
         """The number of train steps applied, as Keras' ``optimizer.iterations``: an int32
-        scalar `StateVariable` reading the model's step counter (``assign`` sets it).
+        scalar `OptimizerVariable` reading the model's step counter (``assign`` sets it).
 
         Raises:
             ValueError: if the model has no weights yet.
         """
-        return StateVariable(  # reads the step now: raises for an unbuilt model
+        return OptimizerVariable(  # reads the step now: raises for an unbuilt model
             "iterations", self._step, lambda value: self._model.assign_state(step=value))
 
     def _step(self) -> jax.Array:
