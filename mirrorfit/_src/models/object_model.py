@@ -37,6 +37,7 @@ from mirrorfit._src.modules.objects import NON_TRAINABLE, variable_pairs, variab
 from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers.state import require_state
 from mirrorfit._src.variables import call_context, stateless_scope, tracking
+from mirrorfit._src.variables import variable as variables_lib
 
 # Model's own attributes: never part of the variables a subclass's attributes hold.
 INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
@@ -102,9 +103,10 @@ class ObjectModel:
     # -- the working copy: variables -> state -> variables ------------------------------
     def _pull(self) -> None:
         """Copies variable values that changed since the last sync into the state."""
-        state = self.state
-        if state is None:
+        state = self.__dict__.get("_mf_state")
+        if state is None or self.__dict__.get("_mf_generation") == variables_lib.generation():
             return
+        self.__dict__["_mf_generation"] = variables_lib.generation()
         if self.is_subclassed:
             pairs = tracking.walk(self)
             if all(_synced(self, v) for _, v in pairs):
@@ -139,12 +141,12 @@ class ObjectModel:
     def _push(self) -> None:
         """Writes the state's values into the variables (subclassed models and the
         Keras-style layers of a functional graph)."""
-        state = self.state
+        state = self.__dict__.get("_mf_state")
         if state is None:
             return
         if self.is_subclassed:
-            for variable, value in variable_pairs(self, state.params, state.model_state):
-                variable._value = value
+            for target, value in variable_pairs(self, state.params, state.model_state):
+                target._value = value
             _remember(self, tracking.walk(self))
             return
         for name, layer in self._object_nodes():
