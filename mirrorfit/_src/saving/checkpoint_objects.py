@@ -16,10 +16,9 @@ the attribute path that reaches them. A value is a pytree whose leaves are:
   (``"model/_mf_train_state/opt_state/..."``; `walk` skips ``_mf`` names, so no variable
   path can collide), so the optimizer state, step and RNG key are saved too. A restore
   assigns the state first (``assign_state`` places it on the model's devices and writes it
-  into the model's variables), then the variables: for a subclassed model trained in a
-  custom loop the variables are newer than its state, and they win. A checkpoint without
-  the state part (saved from a model whose state was not built yet) restores the
-  variables only;
+  into the model's variables), then the variables, which a Keras-style model's state only
+  copies: where the two disagree, the variables win. A checkpoint without the state part
+  (saved from a model whose state was not built yet) restores the variables only;
 * an array or number (a `Mirrored` is stored as the plain array it holds): one slot; restored
   into a new pytree whose leaves are placed like the ones they replace (a `Mirrored` on its
   devices again, a Python number as the same type), which replaces the checkpoint attribute.
