@@ -8,7 +8,6 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.models.optimizer_handle import OptimizerVariable
-from mirrorfit._src.variables.variable import Variable
 from tests.helpers import mirrored_strategy
 
 X = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
@@ -26,7 +25,7 @@ def _model(replicas, input_shape=(4,)):
 def test_learning_rate_is_a_variable_reading_and_writing_the_optimizer_state(replicas):
     model = _model(replicas)
     rate = model.optimizer.learning_rate
-    assert isinstance(rate, Variable) and rate.shape == () and rate.dtype == np.float32
+    assert isinstance(rate, mf.Variable) and rate.shape == () and rate.dtype == np.float32
     assert rate.numpy() == np.float32(0.1) and float(rate) == pytest.approx(0.1)
     assert rate == pytest.approx(0.1) and rate * 2 == pytest.approx(0.2)
     assert round(rate, 6) == 0.1 and f"{rate:.3f}" == "0.100"
@@ -89,8 +88,8 @@ def test_unbuilt_model_reads_the_compiled_rate_and_cannot_assign():
 
 
 def test_variable_round_and_format_act_as_the_number():
-    scalar = Variable(2.346)
+    scalar = mf.Variable(2.346)
     assert round(scalar, 1) == 2.3 and round(scalar) == 2 and isinstance(round(scalar), int)
     assert f"{scalar:.2f}" == "2.35" and f"{scalar}" == str(scalar)
-    vector = Variable(np.array([1.26, 2.5], np.float32))
+    vector = mf.Variable(np.array([1.26, 2.5], np.float32))
     np.testing.assert_allclose(round(vector, 1), [1.3, 2.5])

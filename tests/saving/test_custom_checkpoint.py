@@ -15,7 +15,6 @@ import mirrorfit as mf
 from mirrorfit._src.saving.checkpoint import CheckpointError, load
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.tracking import walk
-from mirrorfit._src.variables.variable import Variable
 from tests.helpers import mirrored_strategy, tree_equal
 
 # -- Keras-style objects: a subclassed layer and model, and an optimizer owning Variables ----
@@ -63,8 +62,8 @@ class Dense:
 
     def __init__(self, units_in, units_out, seed):
         key = jax.random.PRNGKey(seed)
-        self.kernel = Variable(jax.random.normal(key, (units_in, units_out)), name="kernel")
-        self.bias = Variable(jnp.zeros(units_out), name="bias")
+        self.kernel = mf.Variable(jax.random.normal(key, (units_in, units_out)), name="kernel")
+        self.bias = mf.Variable(jnp.zeros(units_out), name="bias")
 
 
 class Stack:
@@ -83,11 +82,11 @@ class Momentum:
 
     def __init__(self, learning_rate=0.1, momentum=0.9):
         self.learning_rate, self.momentum = learning_rate, momentum
-        self.iterations = Variable(0, dtype=jnp.int32, trainable=False, name="iterations")
+        self.iterations = mf.Variable(0, dtype=jnp.int32, trainable=False, name="iterations")
         self.velocities = []
 
     def build(self, variables):
-        self.velocities = [Variable(jnp.zeros(v.shape), trainable=False, name="velocity")
+        self.velocities = [mf.Variable(jnp.zeros(v.shape), trainable=False, name="velocity")
                            for v in variables]
 
     def apply_gradients(self, pairs):
@@ -172,7 +171,7 @@ def test_restore_saved_on_8_devices_under_1_device_keeps_placement(tmp_path):
 
 def test_a_variable_reached_twice_is_stored_once(tmp_path):
     layer = Dense(2, 2, seed=0)
-    kernel = Variable(jnp.ones(3))
+    kernel = mf.Variable(jnp.ones(3))
     ckpt = mf.Checkpoint(encoder=layer, same=layer, kernel=kernel, pair=[kernel, 5])
     path = ckpt.save(tmp_path / "ckpt")
     layer.kernel.assign(jnp.zeros((2, 2)))
@@ -275,7 +274,7 @@ def test_unbuilt_model_is_an_error_naming_the_fix(tmp_path):
 
 
 def test_save_numbers_prefix_by_save_counter_and_latest_checkpoint_finds_it(tmp_path):
-    w = Variable(jnp.zeros(2))
+    w = mf.Variable(jnp.zeros(2))
     ckpt = mf.Checkpoint(w=w)
     assert mf.latest_checkpoint(tmp_path) is None
     prefix = os.fspath(tmp_path / "run" / "ckpt")
@@ -293,12 +292,12 @@ def test_save_numbers_prefix_by_save_counter_and_latest_checkpoint_finds_it(tmp_
     np.testing.assert_array_equal(w.numpy(), [0.0, 0.0])
     assert int(other.save_counter.numpy()) == 1  # restored with the save
     assert other.save(prefix) == f"{prefix}-2"  # replaces the save of that number, as TF
-    np.testing.assert_array_equal(mf.Checkpoint(w=Variable(jnp.ones(2))).restore(
+    np.testing.assert_array_equal(mf.Checkpoint(w=mf.Variable(jnp.ones(2))).restore(
         tmp_path / "run").restored, ["w"])  # a directory restores its newest save
 
 
 def test_write_and_read_use_the_exact_path_without_counter_or_index(tmp_path):
-    w = Variable(jnp.arange(3.0))
+    w = mf.Variable(jnp.arange(3.0))
     ckpt = mf.Checkpoint(w=w)
     assert ckpt.write(tmp_path / "exact") == os.fspath(tmp_path / "exact")
     assert int(ckpt.save_counter.numpy()) == 0
@@ -326,7 +325,7 @@ def test_latest_checkpoint_without_index_takes_highest_number(tmp_path):
 
 
 def test_restore_none_is_a_no_op_and_status_reports_partial_restores(tmp_path):
-    w, b = Variable(jnp.ones(2)), Variable(jnp.zeros(1))
+    w, b = mf.Variable(jnp.ones(2)), mf.Variable(jnp.zeros(1))
     assert mf.Checkpoint(w=w).restore(None).restored == []
     path = mf.Checkpoint(w=w, b=b).save(tmp_path / "ckpt")
     w.assign(jnp.zeros(2))
@@ -389,8 +388,8 @@ def test_mismatch_names_every_path_expected_and_found_and_restores_nothing(tmp_p
     model = Stack(seed=0)
     path = mf.Checkpoint(model=model, w=np.ones(3, np.float32)).save(tmp_path / "ckpt")
     other = Stack(seed=1)
-    other.layers[1].kernel = Variable(jnp.zeros((8, 5)))  # another architecture
-    other.layers[1].extra = Variable(jnp.zeros(2))
+    other.layers[1].kernel = mf.Variable(jnp.zeros((8, 5)))  # another architecture
+    other.layers[1].extra = mf.Variable(jnp.zeros(2))
     del other.layers[0].bias
     before = _values(other)
     ckpt = mf.Checkpoint(model=other, w=np.ones(4, np.float32))

@@ -92,14 +92,16 @@ class Checkpoint:
         TypeError: for a value holding something else (strings, other objects).
 
     Example:
-        >>> ckpt = mf.Checkpoint(params={"w": jnp.zeros(3)}, step=0)
+        >>> step = mf.Variable(0, dtype="int32", trainable=False)
+        >>> ckpt = mf.Checkpoint(params={"w": jnp.zeros(3)}, step=step)
         >>> path = ckpt.save("run/ckpts/ckpt")
         >>> path, mf.latest_checkpoint("run/ckpts")
         ('run/ckpts/ckpt-1', 'run/ckpts/ckpt-1')
-        >>> ckpt.params, ckpt.step = {"w": jnp.ones(3)}, 5
+        >>> _ = step.assign(5)
+        >>> ckpt.params = {"w": jnp.ones(3)}
         >>> status = ckpt.restore(path)
-        >>> ckpt.params["w"], ckpt.step
-        (Array([0., 0., 0.], dtype=float32), 0)
+        >>> int(step.numpy()), ckpt.params["w"]
+        (0, Array([0., 0., 0.], dtype=float32))
     """
 
     _names: list[str]  # the objects' names, in the order given
