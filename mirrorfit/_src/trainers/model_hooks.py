@@ -1,5 +1,5 @@
 """`Model`'s extension hooks, as Keras 3: ``compute_loss``, ``train_step``, ``test_step``,
-``predict_step``, and the ``metrics`` they update.
+``predict_step`` (the metrics they update: `mirrorfit._src.trainers.model_metrics`).
 
 A `Model` subclass overrides one of them and ``fit``/``evaluate``/``predict`` run it inside
 their compiled per-replica step, so the all-reduce, padding masks, the one compile,
@@ -51,7 +51,6 @@ from mirrorfit._src.distribute.replica_context import (
 )
 from mirrorfit._src.distribute.run import compile_per_replica
 from mirrorfit._src.distribute.values import ReduceOp
-from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers import keras_steps
@@ -75,9 +74,6 @@ class ModelHooks:
 
     _sown: list[Any] | None = None  # values sown into "losses" by the newest forward pass
     _traced_params: Any = None  # the params being differentiated, inside compute_loss
-    # Keras' loss tracker (a Mean named "loss"), created by compile for `metrics`; ``_mf``:
-    # not one of the attributes whose variables are the model's.
-    _mf_loss_tracker: Metric | None = None
     # Read here, owned by `Model` (the Trainer typed Any: the step family does not import
     # the loops, which build on it):
     _trainer: Any  # the Trainer: its config's loss (compute_loss) and optimizer (_update)
@@ -193,65 +189,6 @@ class ModelHooks:
         x, _, _ = keras_steps.unpack_data(data)
         return self(x, training=False)
 
-    # -- metrics, as Keras 3's Trainer ---------------------------------------------------
-    @property
-    def metrics(self) -> list[Metric]:
-        """The metrics a Keras-form step updates, as ``keras.Model.metrics``: once compiled,
-        the loss tracker (a `mirrorfit.metrics.Mean` named ``"loss"``) and the compiled
-        metrics; then the `Metric` s held in the model's attributes. ``fit`` resets them
-        at each epoch's start, ``evaluate`` at its start (`reset_metrics`)."""
-        found: list[Metric] = []
-        config = self._trainer.config
-        if config is not None:
-            if self._mf_loss_tracker is not None:
-                found.append(self._mf_loss_tracker)
-            found += [m for m in (*config.metrics, *config.weighted_metrics)
-                      if isinstance(m, Metric)]
-        found += [m for m in keras_steps.attribute_metrics(self)
-                  if all(m is not f for f in found)]
-        return found
-
-    @property
-    def metrics_names(self) -> list[str]:
-        """The names of `metrics`, in order."""
-        return [m.name for m in self.metrics]
-
-    @property
-    def metrics_variables(self) -> list[Any]:
-        """The variables of `metrics`, in order (not the model's weights)."""
-        return [v for m in self.metrics for v in getattr(m, "variables", [])]
-
-    def reset_metrics(self) -> None:
-        """Resets every metric of `metrics` (``reset_state``)."""
-        for metric in self.metrics:
-            metric.reset_state()
-
-    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None
-                        ) -> dict[str, Any]:
-        """Updates the compiled metrics (``weighted_metrics`` with ``sample_weight``) and
-        returns `get_metrics_result`, as Keras 3's ``compute_metrics``."""
-        del x
-        config = self._trainer.config
-        if config is not None:
-            for metric in config.metrics:
-                if isinstance(metric, Metric):
-                    metric.update_state(y, y_pred)
-            for metric in config.weighted_metrics:
-                if isinstance(metric, Metric):
-                    metric.update_state(y, y_pred, sample_weight)
-        return self.get_metrics_result()
-
-    def get_metrics_result(self) -> dict[str, Any]:
-        """``{name: result()}`` of `metrics`; a result that is a dict is merged in."""
-        found: dict[str, Any] = {}
-        for metric in self.metrics:
-            result = metric.result()
-            if isinstance(result, dict):
-                found.update(result)
-            else:
-                found[metric.name] = result
-        return found
-
 
 def overridden(model: Any, name: str) -> bool:
     """Whether ``type(model)`` overrides hook ``name`` of `ModelHooks`."""
@@ -349,11 +286,11 @@ class HookedSteps(StepFamily):
         return jax.eval_shape(mapped, state, batch)
 
     def initial_statistics(self, cfg: StepConfig, layout: stats_lib.StatsLayout,
-                           kind: str) -> np.ndarray | None:
+                           kind: str) -> np.ndarray:
         """A Keras step's first statistics (its trackers reset); zeros otherwise."""
         if self._forms[kind] == KERAS:
             return self._keras.initial_statistics(layout)
-        return None
+        return super().initial_statistics(cfg, layout, kind)
 
     def results(self, cfg: StepConfig, stats: Any, kind: str) -> dict[str, Any]:
         """A Keras step's newest logs; a pure step's logs averaged over real rows; else the
