@@ -111,6 +111,31 @@ def test_trackers_reset_each_epoch_and_history_is_their_numpy_epoch_means():
     assert len(model.weights) == 4 and model.layers == [model.hidden, model.out]
 
 
+class _Interrupt(mf.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if self.model.trainer.progress[:2] == (1, 2):  # epoch 1, after its second step
+            raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+@needs_stateful_metrics
+def test_trackers_resume_step_exactly_with_backup_and_restore(tmp_path):
+    whole = _regressor(2)
+    expected = whole.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    model = _regressor(2)
+    backup = mf.callbacks.BackupAndRestore(tmp_path, save_freq=1)
+    with pytest.raises(KeyboardInterrupt):  # stops after step 2 of epoch 1 (of 4)
+        model.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[backup, _Interrupt()])
+    resumed = _regressor(2)
+    history = resumed.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+                          callbacks=[mf.callbacks.BackupAndRestore(tmp_path, save_freq=1)])
+    # The trackers' sums of the epoch's first two steps came back with the statistics.
+    assert history.history["loss"][-1] == expected.history["loss"][-1]
+    assert history.history["mae"][-1] == expected.history["mae"][-1]
+    tree_allclose(resumed.get_weights(), whole.get_weights(), rtol=0)
+
+
 @needs_stateful_metrics
 def test_keras_test_step_feeds_evaluate_and_validation():
     class WithTestStep(Regressor):
