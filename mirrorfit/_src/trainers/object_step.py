@@ -185,10 +185,12 @@ class ObjectStep:
         if lost:
             raise ValueError(
                 "The step assigned variables that fit does not carry from step to step, so "
-                "their new values would be lost: update the model's weights with "
-                "model.optimizer (compile's optimizer; its state is the model's optimizer "
-                "state) and keep metrics as attributes of the model. Received: assignments "
-                f"to {lost[:5]}")
+                "their new values would be lost (the state of an optimizer object other "
+                "than model.optimizer, e.g. a GAN's d_optimizer, or variables of an object "
+                "the model does not hold). Update the weights with self.optimizer.apply "
+                "(compile's optimizer), keep metrics as attributes of the model, or, for "
+                "several optimizers, write mirrorfit's pure train_step(self, state, batch) "
+                f"with mf.apply_gradients. Received: assignments to {lost[:5]}")
 
     def value(self, variable: Variable) -> Any:
         """``variable`` 's current value in this step."""
