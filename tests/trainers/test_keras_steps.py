@@ -452,3 +452,18 @@ def test_metrics_lists_the_loss_tracker_compiled_metrics_and_attribute_trackers(
         model.compile("sgd", "mse", metrics=["mae"])
     assert model.metrics_names == ["loss", "mae", "tracker"]
     assert all(not isinstance(layer, mf.metrics.Metric) for layer in model.layers)
+
+
+def test_assigning_a_variable_the_step_does_not_carry_raises_instead_of_losing_it():
+    outside = mf.Variable(0.0, name="outside")  # held by no attribute of the model
+
+    class Counts(Regressor):
+        def train_step(self, data):
+            outside.assign_add(1.0)
+            return {}
+
+    with mirrored_strategy(2).scope():
+        model = Counts()
+        model.compile("sgd")
+    with pytest.raises(ValueError, match=r"would be lost .* Received: assignments to \['outside'\]"):
+        model.fit(X, Y, epochs=1, verbose=0)
