@@ -12,6 +12,8 @@ Differences from Keras:
 
 - The ops take arrays, not symbolic tensors: call them inside a layer's ``call``, not on the
   ``Input`` of a functional model.
+- Where an op takes an array, pass an array or a scalar: Keras converts Python lists,
+  ``jax.numpy`` refuses them (``ops.average(x, weights=[1, 2])`` raises a ``TypeError``).
 - ``shape`` returns a tuple of ints (JAX shapes are static); ``dtype`` a NumPy dtype, which
   compares equal to Keras' name (``ops.dtype(x) == "float32"``).
 - ``leaky_relu``'s slope defaults to Keras' 0.2, not JAX's 0.01.
