@@ -30,9 +30,8 @@ Example:
     >>> bool(jnp.all(x == mf.random.normal((2, 3), seed=42)))
     True
     >>> gen = mf.random.SeedGenerator(1337)
-    >>> y = mf.random.dropout(jnp.ones((4, 4)), rate=0.5, seed=gen)
-    >>> sorted(set(y.ravel().tolist())) in ([0.0, 2.0], [0.0], [2.0])
-    True
+    >>> mf.random.dropout(jnp.ones((4, 4)), rate=0.5, seed=gen).shape
+    (4, 4)
 """
 
 from mirrorfit._src.random.random import beta as beta

@@ -114,11 +114,10 @@ def _context_key() -> jax.Array:
 def set_random_seed(seed: int) -> None:
     """Seeds every source of randomness, as ``keras.utils.set_random_seed``.
 
-    Restarts mirrorfit's process-wide key stream (the keys of ``mf.random`` draws with
-    ``seed=None`` or a `SeedGenerator` outside a compiled step, and of weights built outside
-    a model's own seed) at ``seed``, and seeds Python's ``random`` and NumPy's global
-    generator. ``fit`` and ``strategy.run`` steps take their keys from the model's seed and
-    the step, not from this stream.
+    Restarts mirrorfit's process-wide key stream at ``seed`` (the keys of ``mf.random``
+    draws with ``seed=None`` or a `SeedGenerator` outside a forward pass, and of weights
+    built outside a model's own seed), and seeds Python's ``random`` and NumPy's global
+    generator. Inside ``fit``'s steps the keys come from the training state's key instead.
 
     Args:
         seed: an int.
