@@ -14,7 +14,7 @@
 Unlike Keras, a `SeedGenerator` holds no state variable (Keras' ``[seed, counter]``, which
 each draw increments and which is saved with the layer): it is a seed folded into the
 keys of the call context, and nothing of it is saved. So its draws are reproducible through
-`set_random_seed` and the training step's seed, not through its own seed alone.
+`set_random_seed` and the training state's key, not through its own seed alone.
 """
 
 from __future__ import annotations
