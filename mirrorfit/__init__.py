@@ -10,7 +10,9 @@ from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
+from mirrorfit import ops as ops
 from mirrorfit import optimizers as optimizers
+from mirrorfit import random as random
 from mirrorfit import regularizers as regularizers
 from mirrorfit import saving as saving
 from mirrorfit import utils as utils
@@ -72,7 +74,9 @@ __all__ = [
     "losses",
     "metrics",
     "mixed_precision",
+    "ops",
     "optimizers",
+    "random",
     "regularizers",
     "saving",
     "scale_regularization_loss",
