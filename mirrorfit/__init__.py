@@ -16,6 +16,7 @@ from mirrorfit import saving as saving
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks.callback import History as History
 from mirrorfit._src.distribute.distributed_input import InputContext as InputContext
+from mirrorfit._src.distribute.function import function as function
 from mirrorfit._src.distribute.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distribute.multi_worker.strategy import (
     MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy,
@@ -40,12 +41,16 @@ from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
 from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint
 from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
+from mirrorfit._src.variables.autodiff import GradientTape as GradientTape
+from mirrorfit._src.variables.autodiff import value_and_grad as value_and_grad
+from mirrorfit._src.variables.variable import Variable as Variable
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Checkpoint",
     "CheckpointManager",
+    "GradientTape",
     "History",
     "Input",
     "InputContext",
@@ -58,10 +63,12 @@ __all__ = [
     "ReduceOp",
     "ReplicaContext",
     "Sequential",
+    "Variable",
     "apply_gradients",
     "batch_mask",
     "callbacks",
     "compute_average_loss",
+    "function",
     "get_replica_context",
     "get_strategy",
     "latest_checkpoint",
@@ -75,4 +82,5 @@ __all__ = [
     "saving",
     "scale_regularization_loss",
     "utils",
+    "value_and_grad",
 ]

@@ -24,11 +24,10 @@ owns those compiled functions and the custom loop's `InFlight` bound.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -48,36 +47,20 @@ from mirrorfit._src.distribute.values import (
     batch_mask,
     unwrap_mirrored,
 )
-from mirrorfit._src.variables.lifting import UsedVariables, call_with_values
+from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, check_assigned
 
 _STATIC = (bool, int, float, complex, str, type(None))
-_PROBE = threading.local()
-NEW_VARIABLE_ASSIGNED = (
-    "{fn} assigned variables on a later trace that its first trace did not use: a replica "
-    "function must create its variables once (e.g. build the model and optimizer before "
-    "the loop, or create them on the first call only), as tf.function requires. Received: "
-    "new assigned variables {names}"
-)
+_CALLS = threading.local()
 
 
-class RunCalled(Exception):  # noqa: N818 - a signal, not an error the user sees
-    """Raised by ``run`` while `detecting_run` is active: the probed function calls it."""
+def run_calls() -> int:
+    """How many times ``strategy.run`` was called in this thread, by any strategy.
 
-
-@contextlib.contextmanager
-def detecting_run() -> Iterator[None]:
-    """Within the block, ``strategy.run`` raises `RunCalled` instead of running.
-
-    `mirrorfit.function` traces a function once this way to find out whether it calls
-    ``strategy.run`` (then it stays a Python function: ``run`` compiles) or not (then it
-    is compiled as a whole).
+    `mirrorfit.function` compares it before and after a call of the function it wraps to
+    learn whether that function calls ``run`` (then it stays a Python function: ``run``
+    compiles) or not (then it compiles the function as a whole).
     """
-    previous = getattr(_PROBE, "active", False)
-    _PROBE.active = True
-    try:
-        yield
-    finally:
-        _PROBE.active = previous
+    return getattr(_CALLS, "count", 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +152,7 @@ class Runner:
     def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
         """See `MirroredStrategy.run`."""
         mesh = self._mesh
-        if getattr(_PROBE, "active", False):
-            raise RunCalled
+        _CALLS.count = run_calls() + 1
         if not callable(fn):
             raise TypeError(f"fn must be a callable run once per replica. Received: fn={fn!r}")
         if not isinstance(args, (tuple, list)):
@@ -371,7 +353,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
         if found is not None:
             found.append(this_trace)
         else:
-            _check_assigned(fn, used, this_trace)
+            check_assigned(fn, used, this_trace)
         old_values = dict(zip(map(id, used.read), values))
         new_values = [_aggregate(v, old_values[id(v)], new)
                       for v, new in zip(used.assigned, new_values)]
@@ -379,14 +361,6 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
 
     return compile_per_replica(mesh, per_replica, (P(), *specs), (P(BATCH_AXIS), P()),
                                masked=has_mask)
-
-
-def _check_assigned(fn: Callable, used: UsedVariables, this_trace: UsedVariables) -> None:
-    known = set(map(id, used.assigned))
-    new = [v.path for v in this_trace.assigned if id(v) not in known]
-    if new:
-        raise ValueError(NEW_VARIABLE_ASSIGNED.format(
-            fn=getattr(fn, "__name__", "fn"), names=new))
 
 
 def _aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:

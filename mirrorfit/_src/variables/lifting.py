@@ -1,10 +1,11 @@
 """Running user code that reads and assigns `Variable` s as a pure function of their values.
 
 Compiled functions (``strategy.run``, `mirrorfit.function`) lift the variables a user
-function closes over, as Keras 3's JAX trainer does: trace the function once abstractly in a
-recording `StatelessScope` to find the variables it reads and assigns (`discover`), then run
-it with those variables mapped to the compiled function's inputs (`call_with_values`) and
-return the assigned values as outputs, written back to the variables after the call.
+function closes over, as Keras 3's JAX trainer does: trace the function once abstractly
+(``jax.eval_shape``) through `call_with_values` mapping no variable, which records the ones
+it reads and assigns (`UsedVariables`); then compile it through `call_with_values` mapping
+those to the compiled function's inputs, return the assigned values as outputs, and write
+them back to the variables after the call.
 
 It imports only its own package.
 """
@@ -19,6 +20,13 @@ import jax
 
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.variable import Variable
+
+NEW_VARIABLE_ASSIGNED = (
+    "{fn} assigned variables on a later trace that its first trace did not use: a compiled "
+    "function must create its variables once (build the model and optimizer before the "
+    "loop, or create variables on the first call only), as tf.function requires. Received: "
+    "new assigned variables {names}"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,23 +71,16 @@ def call_with_values(fn: Callable[..., Any], used: UsedVariables, values: Sequen
     return out, new_values, found
 
 
-def discover(fn: Callable[..., Any], *args: Any) -> UsedVariables:
-    """The variables ``fn(*args)`` reads and assigns, found by one abstract trace.
+def check_assigned(fn: Callable[..., Any], used: UsedVariables, this_trace: UsedVariables
+                   ) -> None:
+    """Raises unless the variables ``fn`` assigned in ``this_trace`` are among ``used`` 's.
 
-    ``fn`` runs under ``jax.eval_shape`` (nothing is computed or compiled) in a recording
-    scope; variables it creates on the way (a layer's weights, an optimizer's slots) are
-    created for real and found too.
-
-    Args:
-        fn: a function of arrays (close over constants).
-        *args: pytrees of arrays or ``jax.ShapeDtypeStruct`` s.
+    Raises:
+        ValueError: naming the variables the first trace did not find (created anew by
+            every call, for instance): their new values would be lost.
     """
-    found: list[UsedVariables] = []
-
-    def traced(*traced_args):
-        out, _, used = call_with_values(fn, UsedVariables(), (), traced_args)
-        found.append(used)
-        return out
-
-    jax.eval_shape(traced, *args)
-    return found[-1]
+    known = set(map(id, used.assigned))
+    new = [v.path for v in this_trace.assigned if id(v) not in known]
+    if new:
+        raise ValueError(NEW_VARIABLE_ASSIGNED.format(
+            fn=getattr(fn, "__name__", "fn"), names=new))
