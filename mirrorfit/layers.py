@@ -1,10 +1,12 @@
-"""Keras-style layers (``tf.keras.layers`` names, arguments and defaults) as Flax modules.
+"""Keras-style layers (``tf.keras.layers`` names, arguments and defaults).
 
-A tf.keras model definition ports by renaming ``tf.keras.layers`` to ``mirrorfit.layers``.
+A tf.keras model definition ports by renaming ``tf.keras.layers`` to ``mirrorfit.layers``:
+the built-in layers are Flax modules (`FlaxLayer`), and layers you write subclass `Layer`,
+Keras' object model (``__init__``, ``build``/``add_weight``, ``call``).
 """
 
 from mirrorfit._src.layers.attention import MultiHeadAttention as MultiHeadAttention
-from mirrorfit._src.layers.base import Layer as Layer
+from mirrorfit._src.layers.base import FlaxLayer as FlaxLayer
 from mirrorfit._src.layers.convolutional import Conv1D as Conv1D
 from mirrorfit._src.layers.convolutional import Conv2D as Conv2D
 from mirrorfit._src.layers.convolutional import Conv2DTranspose as Conv2DTranspose
@@ -18,6 +20,7 @@ from mirrorfit._src.layers.core import Embedding as Embedding
 from mirrorfit._src.layers.core import Rescaling as Rescaling
 from mirrorfit._src.layers.functional import Input as Input
 from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
+from mirrorfit._src.layers.layer import Layer as Layer
 from mirrorfit._src.layers.merging import Add as Add
 from mirrorfit._src.layers.merging import Concatenate as Concatenate
 from mirrorfit._src.layers.merging import Multiply as Multiply
@@ -45,11 +48,45 @@ from mirrorfit._src.layers.reshaping import UpSampling2D as UpSampling2D
 from mirrorfit._src.layers.reshaping import ZeroPadding2D as ZeroPadding2D
 
 __all__ = [
-    "GRU", "L1", "L1L2", "L2", "LSTM", "Activation", "Add", "AveragePooling1D", "AveragePooling2D",
-    "BatchNormalization", "Concatenate", "Conv1D", "Conv2D", "Conv2DTranspose", "Conv3D",
-    "Dense", "DepthwiseConv2D", "Dropout", "Embedding", "Flatten", "GlobalAveragePooling1D",
-    "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GroupNormalization",
-    "Input", "KerasTensor", "Layer", "LayerNormalization", "MaxPooling1D",
-    "MaxPooling2D", "MultiHeadAttention", "Multiply", "Permute", "Rescaling", "Reshape",
-    "SeparableConv2D", "SimpleRNN", "UpSampling2D", "ZeroPadding2D",
+    "GRU",
+    "L1",
+    "L1L2",
+    "L2",
+    "LSTM",
+    "Activation",
+    "Add",
+    "AveragePooling1D",
+    "AveragePooling2D",
+    "BatchNormalization",
+    "Concatenate",
+    "Conv1D",
+    "Conv2D",
+    "Conv2DTranspose",
+    "Conv3D",
+    "Dense",
+    "DepthwiseConv2D",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "FlaxLayer",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+    "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "GroupNormalization",
+    "Input",
+    "KerasTensor",
+    "Layer",
+    "LayerNormalization",
+    "MaxPooling1D",
+    "MaxPooling2D",
+    "MultiHeadAttention",
+    "Multiply",
+    "Permute",
+    "Rescaling",
+    "Reshape",
+    "SeparableConv2D",
+    "SimpleRNN",
+    "UpSampling2D",
+    "ZeroPadding2D",
 ]

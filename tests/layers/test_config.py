@@ -65,7 +65,7 @@ def test_functional_config_round_trips_shared_layers_dicts_and_multiple_outputs(
     assert_same_model(module, rebuilt, batch)
 
 
-class CompactScale(layers.Layer):
+class CompactScale(layers.FlaxLayer):
     """A custom layer: ``inputs * factor * w`` with one learned scalar ``w``."""
 
     factor: float = 2.0

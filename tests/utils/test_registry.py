@@ -356,7 +356,7 @@ def test_layer_config_with_user_activation_and_regularizer_loads_through_custom_
 
 def test_layer_config_of_registered_user_layer_loads_without_custom_objects():
     @mf.saving.register_serializable("mine")
-    class Scale(mf.layers.Layer):
+    class Scale(mf.layers.FlaxLayer):
         factor: float = 2.0
 
         def __call__(self, x, training=False):

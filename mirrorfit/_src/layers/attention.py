@@ -15,10 +15,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import Layer, register
+from mirrorfit._src.layers.base import FlaxLayer, register
 
 
-class _EinsumDense(Layer):
+class _EinsumDense(FlaxLayer):
     """``einsum(equation, x, kernel) + bias`` (a Keras ``EinsumDense`` without activation)."""
 
     equation: str
@@ -41,7 +41,7 @@ class _EinsumDense(Layer):
 
 
 @register
-class MultiHeadAttention(Layer):
+class MultiHeadAttention(FlaxLayer):
     """Scaled dot-product attention over ``num_heads`` heads, as
     ``keras.layers.MultiHeadAttention``.
 

@@ -1,6 +1,7 @@
-"""`Layer`: the base of every ``mirrorfit.layers`` module, and `LAYERS`, the layer registry.
+"""`FlaxLayer`: the base of every built-in ``mirrorfit.layers`` module, and `LAYERS`, the layer
+registry.
 
-A `Layer` is a ``flax.linen`` module with Keras' layer surface:
+A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
 
 * ``trainable`` (settable after construction, as ``layer.trainable = False`` in Keras);
 * ``input_shape`` (``input_dim`` on Dense) on the first layer of a Sequential, as tf.keras tutorials
@@ -29,7 +30,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import activations, functional, initializers, regularizers
+from mirrorfit._src.layers import activations, flax_bridge, functional, initializers, regularizers
+from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.utils import registry
 
 if TYPE_CHECKING:
@@ -68,8 +70,14 @@ def _from_json(field: str, value: Any) -> Any:
     return value
 
 
-class Layer(nn.Module):
-    """Base class of Keras-style layers; see the module docstring.
+class FlaxLayer(nn.Module):
+    """Base class of the built-in layers, as ``flax.linen`` modules; see the module docstring.
+
+    Keras-style layers you write subclass `mirrorfit.layers.Layer` instead; this class is
+    for layers written the Flax way (dataclass fields, ``@nn.compact __call__``) that keep
+    Keras' config, names and training flag. Called outside a Flax ``apply`` (inside a
+    Keras-style layer, or eagerly), a `FlaxLayer` keeps its weights in `mirrorfit.Variable` s
+    (`mirrorfit._src.layers.flax_bridge`).
 
     Subclasses declare their Keras constructor arguments as dataclass fields and implement
     ``__call__(self, inputs, training=False)``.
@@ -89,6 +97,8 @@ class Layer(nn.Module):
             def symbolic_or_call(self, *args, **kw):
                 if functional.is_symbolic((args, kw)):
                     return functional.symbolic_call(self, args, kw)
+                if self.scope is None:  # outside a Flax apply: on Variables of its own
+                    return flax_bridge.call_unbound(self, args, kw)
                 return call(self, *args, **kw)
 
             cls.__call__ = symbolic_or_call
@@ -105,6 +115,31 @@ class Layer(nn.Module):
             object.__setattr__(self, name, bool(value))
             return
         super().__setattr__(name, value)
+
+    def __mf_variables__(self) -> list[tuple[tuple[str, ...], Any]]:
+        """The Variables holding this layer's collections when called outside ``apply``."""
+        return flax_bridge.flax_variables(self)
+
+    # Keras' weight accessors, over those Variables (empty before the first such call).
+    @property
+    def weights(self) -> list[Any]:
+        return [v for _, v in flax_bridge.flax_variables(self)]
+
+    @property
+    def trainable_weights(self) -> list[Any]:
+        return [v for v in self.weights if v.trainable]
+
+    @property
+    def non_trainable_weights(self) -> list[Any]:
+        return [v for v in self.weights if not v.trainable]
+
+    variables = weights
+    trainable_variables = trainable_weights
+    non_trainable_variables = non_trainable_weights
+
+    def get_weights(self) -> list[Any]:
+        """The weights as NumPy arrays (``[]`` before the layer's weights exist)."""
+        return [v.numpy() for v in self.weights]
 
     @property
     def declared_input_shape(self) -> tuple[int, ...] | None:
@@ -188,7 +223,7 @@ class Layer(nn.Module):
         return config
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Layer:
+    def from_config(cls, config: dict[str, Any]) -> FlaxLayer:
         """A layer from ``get_config()``'s output.
 
         Regularizer configs become objects; activation and initializer names that are not
@@ -200,6 +235,9 @@ class Layer(nn.Module):
             ValueError: a regularizer, activation or initializer found nowhere.
         """
         return cls(**{k: _from_json(k, v) for k, v in config.items()})
+
+
+Layer.register(FlaxLayer)  # isinstance(Dense(3), mf.layers.Layer), as in Keras
 
 
 def as_tuple(value: Any, n: int, name: str) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.layers.base import Layer, as_tuple, register
+from mirrorfit._src.layers.base import FlaxLayer, as_tuple, register
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
@@ -43,7 +43,7 @@ def _padding(padding: str, rank: int, kernel: tuple[int, ...], dilation: tuple[i
     raise ValueError(f"padding must be {allowed}. Received: padding={padding!r}")
 
 
-class _Conv(Layer):
+class _Conv(FlaxLayer):
     """``activation(conv(inputs, kernel) + bias)``; kernel ``[*kernel_size, in / groups,
     filters]``, as ``keras.layers.Conv{1,2,3}D``."""
 
@@ -124,7 +124,7 @@ def _transpose_padding(kernel: int, stride: int, dilation: int, padding: str,
 
 
 @register
-class Conv2DTranspose(Layer):
+class Conv2DTranspose(FlaxLayer):
     """Transposed 2-D convolution, as ``keras.layers.Conv2DTranspose``.
 
     Input ``[batch, rows, cols, channels]``; output ``[batch, (rows - 1) * s + max(k, s),
@@ -178,7 +178,7 @@ def _depthwise(x: jax.Array, kernel: jax.Array, strides, padding, dilation) -> j
 
 
 @register
-class DepthwiseConv2D(Layer):
+class DepthwiseConv2D(FlaxLayer):
     """Per-channel 2-D convolution, as ``keras.layers.DepthwiseConv2D``.
 
     Input ``[batch, rows, cols, channels]``; output ``[batch, new_rows, new_cols,
@@ -216,7 +216,7 @@ class DepthwiseConv2D(Layer):
 
 
 @register
-class SeparableConv2D(Layer):
+class SeparableConv2D(FlaxLayer):
     """Depthwise then 1x1 pointwise convolution, as ``keras.layers.SeparableConv2D``.
 
     Input ``[batch, rows, cols, channels]``; output ``[batch, new_rows, new_cols, filters]``.

@@ -8,11 +8,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import Layer, layer_field, register
+from mirrorfit._src.layers.base import FlaxLayer, layer_field, register
 
 
 @register
-class Dense(Layer):
+class Dense(FlaxLayer):
     """``activation(inputs @ kernel + bias)``, as ``keras.layers.Dense``.
 
     Input shape ``[..., input_dim]``; output ``[..., units]``. Weights: ``kernel``
@@ -45,7 +45,7 @@ class Dense(Layer):
 
 
 @register
-class Activation(Layer):
+class Activation(FlaxLayer):
     """``activation(inputs)``, as ``keras.layers.Activation``; any shape in and out."""
 
     activation: Any
@@ -55,7 +55,7 @@ class Activation(Layer):
 
 
 @register
-class Dropout(Layer):
+class Dropout(FlaxLayer):
     """Zeroes inputs with probability ``rate`` in training and scales the rest by
     ``1 / (1 - rate)``, as ``keras.layers.Dropout``; any shape in and out.
 
@@ -83,7 +83,7 @@ class Dropout(Layer):
 
 
 @register
-class Embedding(Layer):
+class Embedding(FlaxLayer):
     """Row lookup ``embeddings[inputs]``, as ``keras.layers.Embedding``.
 
     Input: integer indices ``[batch, ...]``; output ``[batch, ..., output_dim]``. Weight:
@@ -104,7 +104,7 @@ class Embedding(Layer):
 
 
 @register
-class Rescaling(Layer):
+class Rescaling(FlaxLayer):
     """``inputs * scale + offset``, as ``keras.layers.Rescaling``; any shape in and out."""
 
     scale: float

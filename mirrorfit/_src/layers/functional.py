@@ -19,7 +19,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from mirrorfit._src.layers import flax_bridge
 from mirrorfit._src.utils.naming import snake_case
+from mirrorfit._src.variables.stateless_scope import StatelessScope
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
 _NODE_SERIALS = itertools.count()
@@ -117,13 +119,16 @@ def symbolic_call(layer: nn.Module, args: tuple, kwargs: dict) -> Any:
     """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs."""
     leaves, treedef = jax.tree.flatten((args, kwargs))
     slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, KerasTensor)]
-    unbound = layer.clone(parent=None, name=None)
+    unbound = layer.clone(parent=None, name=None) if isinstance(layer, nn.Module) else None
 
     def init_outputs(*arrays):
         filled = list(leaves)
         for i, a in zip(slots, arrays):
             filled[i] = a
         a, kw = jax.tree.unflatten(treedef, filled)
+        if unbound is None:  # a Keras-style layer: builds its weights, changes nothing else
+            with StatelessScope():
+                return layer(*a, **kw)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
         return unbound.init_with_output(rngs, *a, **kw)[0]
 
@@ -273,6 +278,16 @@ def build_graph(inputs: Any, outputs: Any) -> Graph:
                  tuple(depths))
 
 
+def as_module(layer: Any, name: str, parent: nn.Module) -> Any:
+    """``layer`` bound as a submodule ``name`` of ``parent``: a Flax layer is cloned there; a
+    Keras-style layer (or a model used as a layer) runs in a `flax_bridge.LayerNode`."""
+    if isinstance(layer, nn.Module):
+        return layer.clone(name=name, parent=parent)
+    if not hasattr(layer, "__mf_variables__"):  # a plain function
+        return layer
+    return flax_bridge.LayerNode(layer, name=name, parent=parent)
+
+
 def mode_kwargs(layer: Any, training: bool) -> dict[str, bool]:
     try:
         params = inspect.signature(layer.__call__ if isinstance(layer, nn.Module) else layer)
@@ -294,13 +309,13 @@ class FunctionalModule(nn.Module):
     def __call__(self, *args: Any, training: bool = False) -> Any:
         graph = self.graph
         values = dict(zip(map(id, jax.tree.leaves(graph.inputs)), self._flat_inputs(args)))
-        bound = {id(l): l.clone(name=n, parent=self) for l, n in zip(graph.layers, graph.names)}
+        bound = {id(l): as_module(l, n, self) for l, n in zip(graph.layers, graph.names)}
         for node in graph.nodes:
             leaves, treedef = jax.tree.flatten(node.args)
             leaves = [values[id(x)] if isinstance(x, KerasTensor) else x for x in leaves]
             call_args, call_kwargs = jax.tree.unflatten(treedef, leaves)
             layer = bound[id(node.layer)]
-            out = layer(*call_args, **call_kwargs, **mode_kwargs(node.layer, training))
+            out = layer(*call_args, **call_kwargs, **mode_kwargs(layer, training))
             for t, v in zip(node.output_tensors, jax.tree.leaves(out)):
                 values[id(t)] = v
         flat, treedef = jax.tree.flatten(graph.outputs)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import Layer, register
+from mirrorfit._src.layers.base import FlaxLayer, register
 
 MERGE_SHAPES = (
     "{layer} combines tensors element-wise, so its inputs must have one shape (or shapes "
@@ -19,7 +19,7 @@ MERGE_SHAPES = (
 )
 
 
-class _Merge(Layer):
+class _Merge(FlaxLayer):
     def _inputs(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
         if not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
             raise ValueError(f"{type(self).__name__} takes a list of at least 2 tensors. "

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from mirrorfit._src.layers import initializers
-from mirrorfit._src.layers.base import Layer, register
+from mirrorfit._src.layers.base import FlaxLayer, register
 
 REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.distribute.strategy.BATCH_AXIS)
 BATCH_STATS = "batch_stats"
@@ -27,7 +27,7 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(a % ndim for a in axes))
 
 
-def _scale_and_offset(layer: Layer, x: jax.Array, axes: tuple[int, ...]):
+def _scale_and_offset(layer: FlaxLayer, x: jax.Array, axes: tuple[int, ...]):
     """``(shape, broadcast shape, gamma or None, beta or None)`` over the feature ``axes``,
     with the layer's ``scale``/``center`` and Keras' gamma/beta weights."""
     shape = tuple(x.shape[a] for a in axes)
@@ -47,7 +47,7 @@ def _normalize(x, mean, var, gamma, beta, epsilon):
 
 
 @register
-class BatchNormalization(Layer):
+class BatchNormalization(FlaxLayer):
     """``gamma * (x - mean) / sqrt(var + epsilon) + beta``, as
     ``keras.layers.BatchNormalization``; any shape in and out.
 
@@ -99,7 +99,7 @@ class BatchNormalization(Layer):
 
 
 @register
-class LayerNormalization(Layer):
+class LayerNormalization(FlaxLayer):
     """Normalizes each example over ``axis`` (default the last), as
     ``keras.layers.LayerNormalization``: ``gamma * (x - mean) / sqrt(var + epsilon) + beta``;
     any shape in and out, ``gamma``/``beta`` of the ``axis`` dimensions."""
@@ -126,7 +126,7 @@ class LayerNormalization(Layer):
 
 
 @register
-class GroupNormalization(Layer):
+class GroupNormalization(FlaxLayer):
     """Normalizes each example over groups of channels, as ``keras.layers.GroupNormalization``.
 
     Channels (``axis``, default last) split into ``groups`` groups; mean and variance over

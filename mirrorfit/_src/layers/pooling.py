@@ -12,10 +12,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import Layer, as_tuple, register
+from mirrorfit._src.layers.base import FlaxLayer, as_tuple, register
 
 
-class _Pooling(Layer):
+class _Pooling(FlaxLayer):
     rank: ClassVar[int]
     is_max: ClassVar[bool]
 
@@ -76,7 +76,7 @@ class AveragePooling2D(_Pooling):
     pool_size: Any = (2, 2)
 
 
-class _GlobalPooling(Layer):
+class _GlobalPooling(FlaxLayer):
     rank: ClassVar[int]
     is_max: ClassVar[bool]
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers import activations, initializers, regularizers
-from mirrorfit._src.layers.base import LOSSES, Layer, register
+from mirrorfit._src.layers.base import LOSSES, FlaxLayer, register
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ class _Cell(nn.Module):
         return spec.step(carry, x, cast(kernel), cast(recurrent), cast(bias))
 
 
-class _RNN(Layer):
+class _RNN(FlaxLayer):
     gate_count: ClassVar[int]
     state_count: ClassVar[int] = 1
 

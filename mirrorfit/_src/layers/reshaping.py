@@ -8,11 +8,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import Layer, as_tuple, register
+from mirrorfit._src.layers.base import FlaxLayer, as_tuple, register
 
 
 @register
-class Flatten(Layer):
+class Flatten(FlaxLayer):
     """``[batch, d1, ..., dn] -> [batch, d1 * ... * dn]``, as ``keras.layers.Flatten``."""
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -21,7 +21,7 @@ class Flatten(Layer):
 
 
 @register
-class Reshape(Layer):
+class Reshape(FlaxLayer):
     """``[batch, ...] -> [batch, *target_shape]`` (one entry may be -1), as
     ``keras.layers.Reshape``."""
 
@@ -33,7 +33,7 @@ class Reshape(Layer):
 
 
 @register
-class Permute(Layer):
+class Permute(FlaxLayer):
     """Permutes the non-batch axes by ``dims`` (1-based), as ``keras.layers.Permute``:
     ``Permute((2, 1))`` maps ``[batch, a, b] -> [batch, b, a]``."""
 
@@ -59,7 +59,7 @@ def _pairs(padding: Any) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 @register
-class ZeroPadding2D(Layer):
+class ZeroPadding2D(FlaxLayer):
     """Zero rows and columns around images, as ``keras.layers.ZeroPadding2D``.
 
     Input ``[batch, rows, cols, channels]``; output
@@ -74,7 +74,7 @@ class ZeroPadding2D(Layer):
 
 
 @register
-class UpSampling2D(Layer):
+class UpSampling2D(FlaxLayer):
     """Repeats rows and columns ``size`` times, as ``keras.layers.UpSampling2D``.
 
     Input ``[batch, rows, cols, channels]``; output

@@ -8,7 +8,13 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.layers.functional import Input, KerasTensor, assign_names, mode_kwargs
+from mirrorfit._src.layers.functional import (
+    Input,
+    KerasTensor,
+    as_module,
+    assign_names,
+    mode_kwargs,
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -28,8 +34,8 @@ class SequentialModule(nn.Module):
     @nn.compact
     def __call__(self, x: Any, training: bool = False) -> Any:
         for layer, name in zip(self.stack.layers, self.stack.names):
-            call = layer.clone(name=name, parent=self) if isinstance(layer, nn.Module) else layer
-            x = call(x, **mode_kwargs(layer, training))
+            call = as_module(layer, name, self)
+            x = call(x, **mode_kwargs(call, training))
         return x
 
 

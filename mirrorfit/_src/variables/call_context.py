@@ -77,6 +77,34 @@ def eager_rng() -> jax.Array:
         return jax.random.fold_in(jax.random.PRNGKey(_EAGER["seed"]), next(_EAGER["draws"]))
 
 
+@contextlib.contextmanager
+def init_seed(seed: int) -> Iterator[None]:
+    """Within the block, `init_rng` draws from a stream of its own seeded by ``seed`` (a
+    model builds its weights this way, so they depend on its ``seed`` only)."""
+    _init_stack().append((seed, itertools.count()))
+    try:
+        yield
+    finally:
+        _init_stack().pop()
+
+
+def _init_stack() -> list[tuple[int, Any]]:
+    if not hasattr(_LOCAL, "init"):
+        _LOCAL.init = []
+    return _LOCAL.init
+
+
+def init_rng() -> jax.Array:
+    """A key for a weight initializer: from the innermost `init_seed` block, else from the
+    process-wide stream."""
+    stack = _init_stack()
+    if not stack:
+        return eager_rng()
+    seed, draws = stack[-1]
+    with jax.ensure_compile_time_eval():
+        return jax.random.fold_in(jax.random.PRNGKey(seed), next(draws))
+
+
 def set_random_seed(seed: int) -> None:
     """Restarts the process-wide stream at ``seed`` (``mf.utils.set_random_seed``).
 

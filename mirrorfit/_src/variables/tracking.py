@@ -66,7 +66,7 @@ def walk(root: Any, prefix: Path = ()) -> list[tuple[Path, Variable]]:
             own = getattr(value, "__mf_variables__", None)
             if own is not None:
                 for sub, child in own():
-                    visit(child, path + tuple(sub))
+                    visit(child, path + ((sub,) if isinstance(sub, str) else tuple(sub)))
             elif getattr(value, "_mf_trackable", False) and not isinstance(value, type):
                 for name, child in attribute_children(value):
                     visit(child, (*path, name))

@@ -178,7 +178,7 @@ class Variable:
         return self.value.astype(dtype)
 
     @property
-    def T(self) -> jax.Array:  # noqa: N802 - NumPy's name
+    def T(self) -> jax.Array:
         return self.value.T
 
     def __repr__(self) -> str:
