@@ -59,7 +59,7 @@ class Function:
         return len(self._compiled)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, treedef = jax.tree.flatten((args, kwargs))
+        leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=_is_iterator)
         if stateless_scope.in_stateless_scope() or any(
                 isinstance(leaf, jax.core.Tracer) for leaf in leaves):
             return self._fn(*args, **kwargs)  # inside a trace: part of the enclosing program
@@ -120,7 +120,7 @@ def _key_of(leaf: Any) -> Any:
     values by value (Python numbers and strings are compile-time constants, as in
     ``tf.function``), unhashable objects by identity."""
     if isinstance(leaf, _ARRAYS):
-        return ("array", np.shape(leaf), np.result_type(leaf))
+        return ("array", leaf.shape, leaf.dtype)
     try:
         hash(leaf)
     except TypeError:
