@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from mirrorfit._src.distribute.mesh import InFlight
 from mirrorfit._src.distribute.run import run_calls
@@ -34,6 +35,7 @@ from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, ch
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
 _PYTHON = "python"  # the cache entry of a function that calls strategy.run
+_NO_VARIABLES = UsedVariables()  # maps none: the trace that finds them
 
 
 class Function:
@@ -61,7 +63,7 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=_is_iterator)
         if stateless_scope.in_stateless_scope() or any(
-                isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+                isinstance(leaf, Tracer) for leaf in leaves):
             return self._fn(*args, **kwargs)  # inside a trace: part of the enclosing program
         dynamic = [leaf for leaf in leaves if isinstance(leaf, _ARRAYS)]
         key = (treedef, tuple(_key_of(leaf) for leaf in leaves))
@@ -90,7 +92,7 @@ class Function:
         fn = self._fn
         is_dynamic = [isinstance(leaf, _ARRAYS) for leaf in leaves]
 
-        def call(dynamic, used=UsedVariables(), values=()):
+        def call(dynamic, used=_NO_VARIABLES, values=()):
             arrays = iter(dynamic)
             merged = [next(arrays) if d else leaf for leaf, d in zip(leaves, is_dynamic)]
             args, kwargs = jax.tree.unflatten(treedef, merged)

@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from mirrorfit._src.distribute.replica_context import get_replica_context
 from mirrorfit._src.distribute.values import Mirrored, PerReplica, batch_mask
@@ -302,7 +303,7 @@ class Metric:
 
     def _accumulate(self, arrays: tuple, sample_weight: Any) -> None:
         """Adds the statistics of one batch of ``update_state`` inputs to the variables."""
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(
+        if any(isinstance(leaf, Tracer) for leaf in jax.tree.leaves(
                 (arrays, sample_weight))):
             stats = self._traced_stats(arrays, sample_weight)
         else:
@@ -328,7 +329,8 @@ class Metric:
         mask = get_replica_context().mask
         if mask is not None and mask.shape[0] == rows:
             weight = weight * mask.astype(jnp.float32)
-        return self.update(*arrays, weight)
+        update: Callable[..., Stats] = self.update  # Mean and Sum take (values, weight)
+        return update(*arrays, weight)
 
     def _batch_stats(self, arrays: Sequence[Any], sample_weight: Any) -> Stats:
         """``update`` on host copies of ``arrays``, padding rows weighted 0."""

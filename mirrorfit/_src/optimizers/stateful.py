@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.core import Tracer
 
 from mirrorfit._src.variables import replica, stateless_scope
 from mirrorfit._src.variables.lifting import stored_value
@@ -177,7 +178,6 @@ class StatefulOptimizer:
                 gradients and variables differ in number, if a variable is not one the
                 optimizer was built with, or if a gradient is ``None``.
         """
-        grads = list(grads)
         if not grads:
             return
         slots = self._slots()
@@ -189,14 +189,14 @@ class StatefulOptimizer:
             variables = list(trainable_variables)
             if not slots.built:
                 self.build(variables)
-        grads = _aligned(grads, variables, slots.trainable)
+        aligned = _aligned(list(grads), variables, slots.trainable)
         context = replica.current()
         if context is not None and context.num_replicas_in_sync > 1:
-            grads = context.all_reduce(context.gradient_reduce_op, grads)
-        inputs = (grads, [v.value for v in slots.trainable], [v.value for v in slots.state],
+            aligned = context.all_reduce(context.gradient_reduce_op, aligned)
+        inputs = (aligned, [v.value for v in slots.trainable], [v.value for v in slots.state],
                   self.iterations.value)
         if stateless_scope.in_stateless_scope() or any(
-                isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(inputs)):
+                isinstance(x, Tracer) for x in jax.tree.leaves(inputs)):
             new_values, new_state, iterations = self._step(*inputs)
         else:  # eager: one compiled update (a compiled step traces the update inline)
             if slots.jitted is None:
@@ -216,7 +216,7 @@ class StatefulOptimizer:
         params = _params(slots.trainable, values)
         updates, new_state = tx.update(_params(slots.trainable, grads),
                                        jax.tree.unflatten(slots.treedef, state), params)
-        new_params = optax.apply_updates(params, updates)
+        new_params = cast(list[dict[str, Any]], optax.apply_updates(params, updates))
         new_values = [next(iter(p.values())) for p in new_params]
         new_values = [v.constraint(x) if v.constraint is not None else x
                       for v, x in zip(slots.trainable, new_values)]

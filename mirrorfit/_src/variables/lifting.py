@@ -45,7 +45,7 @@ class UsedVariables:
 def stored_value(variable: Variable) -> jax.Array:
     """``variable`` 's value outside every `StatelessScope`: a concrete array even while
     tracing (what an optimizer initializes its slots from)."""
-    return variable._value  # noqa: SLF001 - the same package's stored value
+    return variable._value  # the same package's private field: no public accessor
 
 
 def call_with_values(fn: Callable[..., Any], used: UsedVariables, values: Sequence[Any],
