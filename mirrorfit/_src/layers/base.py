@@ -133,7 +133,7 @@ class FlaxLayer(nn.Module):
     def non_trainable_weights(self) -> list[Any]:
         return [v for v in self.weights if not v.trainable]
 
-    variables = weights
+    # (``variables`` stays Flax's: the bound module's collections.)
     trainable_variables = trainable_weights
     non_trainable_variables = non_trainable_weights
 

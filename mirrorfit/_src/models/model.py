@@ -102,7 +102,6 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
     _adapter: ModuleAdapter  # its init/apply/tabulate, under dtype_policy
     _strategy: DeviceMesh  # the strategy active at construction: its devices hold _state
     _trainer: Trainer  # the loops; its config is set by compile
-    _state: TrainState | None  # the one training state, mirrored; None until built
     _input_spec: Any  # jax.ShapeDtypeStruct pytree of one example; None until built
     seed: int  # seeds init, dropout and shuffling
     dtype_policy: mixed_precision.Policy
@@ -156,6 +155,16 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
     def trainer(self) -> Trainer:
         """The loops; callbacks read `Trainer.progress` and call `Trainer.resume_from`."""
         return self._trainer
+
+    @property
+    def _state(self) -> TrainState | None:
+        # Read through here, the state reflects variables assigned since the last sync.
+        self._pull()
+        return self.__dict__.get("_mf_state")
+
+    @_state.setter
+    def _state(self, state: TrainState | None) -> None:
+        self.__dict__["_mf_state"] = state
 
     @property
     def state(self) -> TrainState | None:

@@ -18,7 +18,7 @@ import jax
 import jax.core
 
 from mirrorfit._src.layers import functional
-from mirrorfit._src.models.object_model import TRACED_CALL, in_object_context, is_traced
+from mirrorfit._src.models.object_model import TRACED_CALL, in_object_context, is_differentiating
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
@@ -94,8 +94,8 @@ class ModelCalls:
             ``jax.Array`` outputs ``[batch, ...]``, replicated.
 
         Raises:
-            RuntimeError: called under ``jax.grad``/``jax.jit`` outside a stateless scope,
-                where the weights would silently be constants.
+            RuntimeError: called under ``jax.grad`` outside a stateless scope, where the
+                weights would silently be constants (zero gradients).
 
         Example:
             >>> model(x[:2]).shape
@@ -105,7 +105,7 @@ class ModelCalls:
             return functional.symbolic_call(self, args, kwargs)
         if in_object_context():
             return self._object_call(args, dict(kwargs))
-        if is_traced((args, kwargs)):
+        if is_differentiating():
             raise RuntimeError(TRACED_CALL)
         training = kwargs.pop("training", False)
         if kwargs or not args:

@@ -16,8 +16,9 @@ A `mirrorfit.Model` is a `mirrorfit.layers.Layer`, as in Keras. Two kinds share 
 
 Called inside a stateless scope or another layer's call (a custom ``train_step``,
 ``strategy.run``, `mirrorfit.value_and_grad`), ``model(x)`` runs on the scope's values, so it
-is differentiable there; called under ``jax.grad`` or ``jax.jit`` outside one, it raises
-instead of silently treating the weights as constants.
+is differentiable there; called under ``jax.grad`` outside one, it raises instead of
+silently treating the weights as constants (under ``jax.jit`` alone it reads them as
+constants, the weights of that moment).
 """
 
 from __future__ import annotations
@@ -36,24 +37,26 @@ from mirrorfit._src.modules.objects import NON_TRAINABLE, variable_pairs, variab
 from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers.state import require_state
 from mirrorfit._src.variables import call_context, stateless_scope, tracking
+from mirrorfit._src.variables import variable as variables_lib
 
 # Model's own attributes: never part of the variables a subclass's attributes hold.
 INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
                       "_adapter", "_trainer", "_strategy", "_state"})
 TRACED_CALL = (
-    "model(x) was called inside a JAX transformation (jax.grad, jax.jit, ...) outside a "
-    "stateless scope: it would read the stored weights as constants, so gradients with "
-    "respect to them would be all zeros and a jitted function would keep stale weights. "
+    "model(x) was called under jax.grad outside a stateless scope: it would read the "
+    "stored weights as constants, so gradients with respect to them would be all zeros. "
     "Differentiate with `loss, grads = mf.value_and_grad(loss_fn, "
     "model.trainable_variables)()`, compile with `strategy.run` or `@mf.function`, or use "
     "the pure `model.apply(params, x)` with params you pass in.")
 
 
-def is_traced(tree: Any = None) -> bool:
-    """Whether a JAX transformation is tracing now, or ``tree`` holds tracers."""
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree)):
-        return True
-    return not jax_core.trace_state_clean()
+_DIFFERENTIATING = ("JVPTrace", "LinearizeTrace")
+
+
+def is_differentiating() -> bool:
+    """Whether ``jax.grad`` (or ``jvp``/``linearize``) is tracing the current call."""
+    trace = getattr(getattr(jax_core, "trace_ctx", None), "trace", None)
+    return type(trace).__name__ in _DIFFERENTIATING
 
 
 def in_object_context() -> bool:
@@ -100,9 +103,10 @@ class ObjectModel:
     # -- the working copy: variables -> state -> variables ------------------------------
     def _pull(self) -> None:
         """Copies variable values that changed since the last sync into the state."""
-        state = self.state
-        if state is None:
+        state = self.__dict__.get("_mf_state")
+        if state is None or self.__dict__.get("_mf_generation") == variables_lib.generation():
             return
+        self.__dict__["_mf_generation"] = variables_lib.generation()
         if self.is_subclassed:
             pairs = tracking.walk(self)
             if all(_synced(self, v) for _, v in pairs):
@@ -137,12 +141,12 @@ class ObjectModel:
     def _push(self) -> None:
         """Writes the state's values into the variables (subclassed models and the
         Keras-style layers of a functional graph)."""
-        state = self.state
+        state = self.__dict__.get("_mf_state")
         if state is None:
             return
         if self.is_subclassed:
-            for variable, value in variable_pairs(self, state.params, state.model_state):
-                variable._value = value
+            for target, value in variable_pairs(self, state.params, state.model_state):
+                target._value = value
             _remember(self, tracking.walk(self))
             return
         for name, layer in self._object_nodes():
