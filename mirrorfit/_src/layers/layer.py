@@ -95,8 +95,8 @@ class Layer(metaclass=abc.ABCMeta):
         ...         super().__init__(**kwargs)
         ...         self.units = units
         ...     def build(self, input_shape):
-        ...         self.w = self.add_weight(shape=(input_shape[-1], self.units))
-        ...         self.b = self.add_weight(shape=(self.units,), initializer="zeros")
+        ...         self.w = self.add_weight(shape=(input_shape[-1], self.units), name="w")
+        ...         self.b = self.add_weight(shape=(self.units,), initializer="zeros", name="b")
         ...     def call(self, inputs):
         ...         return inputs @ self.w + self.b
         >>> layer = Linear(4)
@@ -182,14 +182,21 @@ class Layer(metaclass=abc.ABCMeta):
             regularizer: a name, config or callable penalty, added to ``losses``.
             constraint: a callable ``w -> w`` applied after each optimizer update.
             aggregation: how replicas combine assignments (see `mirrorfit.Variable`).
-            name: the weight's name (its path is ``"<layer name>/<name>"``).
+            name: the weight's name (its path is ``"<layer name>/<name>"``); default
+                ``"variable_<n>"``, numbered within the layer.
 
         Returns:
             The new `mirrorfit.Variable`.
+
+        Raises:
+            ValueError: a name this layer already uses.
         """
         del autocast
         dtype = jnp.dtype(dtype or jnp.float32)
         name = name or f"variable_{len(self._mf_own)}"
+        if any(v.name == name for v in self._mf_own):
+            raise ValueError(f"Layer {self.name!r} already has a weight named {name!r}; give "
+                             f"each add_weight its own name=. Received: name={name!r}")
         variable = Variable(_initializer(initializer, dtype), shape=tuple(shape or ()),
                             dtype=dtype, trainable=trainable and self._mf_trainable, name=name,
                             aggregation=aggregation,
@@ -200,7 +207,7 @@ class Layer(metaclass=abc.ABCMeta):
 
     add_variable = add_weight
 
-    def __mf_variables__(self) -> list[tuple[tuple[str, ...], Any]]:
+    def __mf_variables__(self) -> list[tuple[Any, Any]]:
         """Own weights first (creation order), then the attributes' (Keras' order)."""
         own = [((v.name,), v) for v in self._mf_own]
         return [*own, *self._mf_children()]
