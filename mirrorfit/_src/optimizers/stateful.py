@@ -65,7 +65,7 @@ class StatefulOptimizer:
     Example:
         >>> w = mf.Variable(jnp.array([1.0, -2.0]), name="w")
         >>> opt = mf.optimizers.SGD(learning_rate=0.5)
-        >>> opt.apply_gradients([(jnp.array([1.0, 1.0]), w)])
+        >>> _ = opt.apply_gradients([(jnp.array([1.0, 1.0]), w)])  # returns opt.iterations
         >>> w.numpy(), int(opt.iterations)
         (array([ 0.5, -2.5], dtype=float32), 1)
     """
