@@ -2,24 +2,7 @@
 
 JAX has no tape: a gradient is of a function. A tf.keras ``train_step`` or custom loop ports
 to mirrorfit by renaming except for one line, the tape, which becomes a function of the
-batch and a call of `value_and_grad` on it:
-
-.. code-block:: python
-
-    # tf.keras
-    with tf.GradientTape() as tape:
-        predictions = model(images, training=True)
-        loss = compute_loss(labels, predictions)
-    gradients = tape.gradient(loss, model.trainable_variables)
-
-    # mirrorfit
-    def forward(images, labels):
-        predictions = model(images, training=True)
-        return compute_loss(labels, predictions), predictions
-
-    (loss, predictions), gradients = mf.value_and_grad(
-        forward, model.trainable_variables, has_aux=True)(images, labels)
-
+batch and a call of `value_and_grad` on it (`GRADIENT_TAPE_REPLACEMENT` shows both).
 Everything around it (``optimizer.apply_gradients(zip(gradients,
 model.trainable_variables))``, metric updates) stays as in TF. `GradientTape` exists only to
 say so when ported code uses it.
@@ -62,6 +45,23 @@ Received: GradientTape(...)"""
 def value_and_grad(fn: Callable[..., Any], variables: Iterable[Variable], *,
                    has_aux: bool = False) -> Callable[..., tuple[Any, list[jax.Array]]]:
     """Differentiates ``fn`` with respect to ``variables``: the ``tf.GradientTape`` line.
+
+    This is the single line of a tf.keras ``train_step`` or custom loop that does not port
+    by renaming. Before (tf.keras) and after (mirrorfit):
+
+        # tf.keras
+        with tf.GradientTape() as tape:
+            predictions = model(images, training=True)
+            loss = compute_loss(labels, predictions)
+        gradients = tape.gradient(loss, model.trainable_variables)
+
+        # mirrorfit
+        def forward(images, labels):
+            predictions = model(images, training=True)
+            return compute_loss(labels, predictions), predictions
+
+        (loss, predictions), gradients = mf.value_and_grad(
+            forward, model.trainable_variables, has_aux=True)(images, labels)
 
     The returned function takes ``fn`` 's arguments, runs ``fn`` with the variables' values
     mapped in a `StatelessScope` (nested in any enclosing one, so it works inside
