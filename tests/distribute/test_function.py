@@ -96,6 +96,19 @@ def test_function_called_inside_a_trace_is_the_plain_function():
     assert double.num_compiled == 0
 
 
+def test_function_of_per_replica_values_stays_python_and_caches_nothing():
+    strategy = mf.MirroredStrategy(jax.devices()[:2])
+
+    @mf.function
+    def total(per_replica):
+        return strategy.reduce(mf.ReduceOp.SUM, per_replica, axis=None)
+
+    for k in range(3):
+        out = strategy.run(lambda x: x * 2, args=(strategy.replicate(np.float32(k)),))
+        np.testing.assert_allclose(total(out), 4.0 * k, rtol=RTOL)
+    assert total.num_compiled == 0  # a new PerReplica every step: no cache entry each
+
+
 def test_function_with_an_iterator_argument_stays_python_and_skips_no_batch():
     seen = mf.Variable(jnp.zeros(()), name="seen")
 

@@ -30,6 +30,7 @@ from jax.core import Tracer
 
 from mirrorfit._src.distribute.mesh import InFlight
 from mirrorfit._src.distribute.run import run_calls
+from mirrorfit._src.distribute.values import PerReplica
 from mirrorfit._src.variables import stateless_scope
 from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, check_assigned
 
@@ -65,6 +66,10 @@ class Function:
         if stateless_scope.in_stateless_scope() or any(
                 isinstance(leaf, Tracer) for leaf in leaves):
             return self._fn(*args, **kwargs)  # inside a trace: part of the enclosing program
+        if any(isinstance(leaf, PerReplica) for leaf in leaves):
+            # What strategy.run returned: reduce/gather compile; a new object every step
+            # would otherwise be a new compile key.
+            return self._fn(*args, **kwargs)
         dynamic = [leaf for leaf in leaves if isinstance(leaf, _ARRAYS)]
         key = (treedef, tuple(_key_of(leaf) for leaf in leaves))
         entry = self._compiled.get(key)
