@@ -165,6 +165,10 @@ class Variable:
         return self.assign(self.value - jnp.asarray(value, self.dtype))
 
     # -- acting as the array -----------------------------------------------------------
+    # NumPy defers ``np_array @ v`` (and +, *, ...) to the Variable's reflected operator
+    # instead of converting it with __array__, which fails while its value is traced.
+    __array_priority__ = 100
+
     def __jax_array__(self) -> jax.Array:
         return self.value
 
