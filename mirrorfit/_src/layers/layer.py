@@ -550,12 +550,12 @@ class Layer(metaclass=abc.ABCMeta):
         if "training" in params and training is not None:
             kwargs["training"] = training
         takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if "mask" in kwargs and "mask" not in params and not takes_kwargs:
-            if kwargs.pop("mask") is not None:
-                warnings.warn(
-                    f"Layer '{self.name}' (of type {type(self).__name__}) was passed a mask, "
-                    "but its call() takes no `mask` argument: the mask is ignored. Add "
-                    "`mask=None` to call() to use it.", MirrorfitWarning, stacklevel=3)
+        unused = "mask" in kwargs and "mask" not in params and not takes_kwargs
+        if unused and kwargs.pop("mask") is not None:
+            warnings.warn(
+                f"Layer '{self.name}' (of type {type(self).__name__}) was passed a mask, but "
+                "its call() takes no `mask` argument: the mask is ignored. Add `mask=None` "
+                "to call() to use it.", MirrorfitWarning, stacklevel=3)
         return kwargs
 
     def _add_activity_losses(self, outputs: Any) -> None:
