@@ -216,7 +216,7 @@ class Layer(metaclass=abc.ABCMeta):
         >>> [v.path for v in layer.weights]
         ['linear/w', 'linear/b']
         >>> layer.get_config()
-        {'name': 'linear', 'trainable': True, 'dtype': None, 'units': 4}
+        {'name': 'linear', 'units': 4, 'trainable': True, 'dtype': None}
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
