@@ -11,7 +11,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.layers import flax_bridge, functional
+from mirrorfit._src.layers import flax_bridge, functional, summary
 from tests.helpers import mirrored_strategy
 
 RNG = np.random.default_rng(1)
@@ -241,7 +241,17 @@ def test_frozen_sublayer_of_a_built_model_gets_no_update():
     np.testing.assert_array_equal(after[1], before[1])  # the frozen Dense's kernel
     np.testing.assert_array_equal(after[2], before[2])
     assert not np.allclose(after[0], before[0])  # the gate trains
-    assert "Non-trainable params: 20" in _summary(model)
+
+
+def test_summary_counts_weights_frozen_after_init_as_non_trainable():
+    inputs = layers.Input((4,))
+    residual = Residual(name="residual")
+    module = functional.functional_module(inputs, residual(inputs))
+    variables = module.init(jax.random.key(0), jnp.ones((1, 4)))
+    residual.dense.trainable = False
+    rows = summary.summary_rows(module, variables)
+    assert (rows.trainable_params, rows.non_trainable_params) == (4, 20)
+    assert rows.rows[1].params == residual.count_params() == 24
 
 
 def test_fit_on_8_replicas_matches_1_replica_with_a_partial_last_batch():

@@ -194,7 +194,7 @@ def test_save_and_load_functional_without_module_gives_equal_predictions(tmp_pat
 
 
 def test_load_model_of_custom_layer_needs_custom_objects(tmp_path):
-    class Scale(L.Layer):
+    class Scale(L.FlaxLayer):
         factor: float = 2.0
 
         def __call__(self, inputs, training=False):

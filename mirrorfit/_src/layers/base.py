@@ -118,6 +118,27 @@ class FlaxLayer(nn.Module):
         """The Variables holding this layer's collections when called outside ``apply``."""
         return flax_bridge.flax_variables(self)
 
+    # Keras' weight accessors, over those Variables (empty before the first such call).
+    @property
+    def weights(self) -> list[Any]:
+        return [v for _, v in flax_bridge.flax_variables(self)]
+
+    @property
+    def trainable_weights(self) -> list[Any]:
+        return [v for v in self.weights if v.trainable]
+
+    @property
+    def non_trainable_weights(self) -> list[Any]:
+        return [v for v in self.weights if not v.trainable]
+
+    # (``variables`` stays Flax's: the bound module's collections.)
+    trainable_variables = trainable_weights
+    non_trainable_variables = non_trainable_weights
+
+    def get_weights(self) -> list[Any]:
+        """The weights as NumPy arrays (``[]`` before the layer's weights exist)."""
+        return [v.numpy() for v in self.weights]
+
     @property
     def declared_input_shape(self) -> tuple[int, ...] | None:
         """The ``input_shape`` given to the constructor (no batch axis), if any."""

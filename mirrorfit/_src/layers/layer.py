@@ -149,7 +149,7 @@ def _wrap_build(build: Callable[..., None]) -> Callable[..., None]:
         self._check_super_called()
         with name_scope(self.name, self):
             build(self, *args, **kwargs)
-        self.built = True
+        self._mf_built = True
 
     wrapper._mf_build_wrapper = True  # type: ignore[attr-defined]
     return wrapper
@@ -219,6 +219,8 @@ class Layer(metaclass=abc.ABCMeta):
         {'name': 'linear', 'units': 4, 'trainable': True, 'dtype': None}
     """
 
+    _mf_skip: frozenset[str] = frozenset()  # attributes that never hold the layer's variables
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__call__" in cls.__dict__ and "call" not in cls.__dict__:
@@ -228,7 +230,8 @@ class Layer(metaclass=abc.ABCMeta):
                 "(building, training flag, losses). Rename __call__ to call, or subclass "
                 "mf.layers.FlaxLayer to write a flax.linen layer.")
         build = cls.__dict__.get("build")
-        if build is not None and not getattr(build, "_mf_build_wrapper", False):
+        if build is not None and not (getattr(build, "_mf_build_wrapper", False)
+                                      or getattr(build, "_mf_default_build", False)):
             cls.build = _wrap_build(build)  # type: ignore[method-assign]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -258,15 +261,15 @@ class Layer(metaclass=abc.ABCMeta):
         self._mf_non_trainable_own: list[Variable] = []
         self._mf_losses: list[Any] = []
         self._mf_trainable = trainable
-        self._mf_dtype_policy = _policy_name(dtype)
+        self.dtype_policy = dtype
         self._mf_input_shape = None if input_shape is None else tuple(input_shape)
         self.name = name or unique_name(snake_case(type(self).__name__))
         self.autocast = autocast
         self.activity_regularizer = regularizers.get(activity_regularizer)
-        self.built = False
+        self._mf_built = False
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_mf"):
+        if not name.startswith("_mf") and name not in self._mf_skip:
             value = flax_bridge.wrap_linen(value)  # a plain flax.linen module runs bridged
             if "_mf_trainable_own" in self.__dict__:
                 for leaf in _flat_values(value):
@@ -276,10 +279,19 @@ class Layer(metaclass=abc.ABCMeta):
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for missing attributes: say why when __init__ never ran.
-        if name.startswith("_mf") or name in ("name", "built", "autocast",
-                                              "activity_regularizer"):
+        if name.startswith("_mf") or name in ("name", "autocast", "activity_regularizer"):
             raise RuntimeError(_SUPER_NOT_CALLED.format(cls=type(self).__name__))
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def built(self) -> bool:
+        """Whether ``build`` has run (a layer built by hand, ``layer.build(shape)``, is not
+        built again by its first call)."""
+        return self._mf_built
+
+    @built.setter
+    def built(self, value: bool) -> None:
+        self._mf_built = bool(value)
 
     def _check_super_called(self) -> None:
         if "_mf_trainable_own" not in self.__dict__:
@@ -350,6 +362,11 @@ class Layer(metaclass=abc.ABCMeta):
         if not self._mf_trainable:
             variable.trainable = False
 
+    def _mf_children(self) -> list[tuple[str, Any]]:
+        """`tracking.attribute_children` less the class's ``_mf_skip`` attributes."""
+        return [(name, value) for name, value in tracking.attribute_children(self)
+                if name not in self._mf_skip]
+
     def _children(self) -> list[tuple[tuple[str, ...], Any]]:
         """The attributes' layers and other trackable objects, in assignment order, with
         their attribute paths (list indices and dict keys included)."""
@@ -367,12 +384,12 @@ class Layer(metaclass=abc.ABCMeta):
             elif tracking.is_trackable(value):
                 found.append((path, value))
 
-        for name, value in tracking.attribute_children(self):
+        for name, value in self._mf_children():
             visit(value, (name,))
         return found
 
     def _own_variables(self) -> list[Variable]:
-        assigned = [leaf for _, value in tracking.attribute_children(self)
+        assigned = [leaf for _, value in self._mf_children()
                     for leaf in _flat_values(value) if isinstance(leaf, Variable)]
         own = [*self._mf_trainable_own, *self._mf_non_trainable_own]
         return own + [v for v in assigned if not any(v is o for o in own)]
@@ -511,7 +528,9 @@ class Layer(metaclass=abc.ABCMeta):
         first called.
         """
         del input_shape
-        self.built = True
+        self._mf_built = True
+
+    build._mf_default_build = True  # type: ignore[attr-defined]
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The forward pass; subclasses implement it (``training`` and ``mask`` optional)."""
@@ -537,7 +556,7 @@ class Layer(metaclass=abc.ABCMeta):
             outputs = self.call(*args, **self._call_kwargs(kwargs, context.training))
             if self.activity_regularizer is not None:
                 self._add_activity_losses(outputs)
-        self.built = True
+        self._mf_built = True
         return outputs
 
     def _call_parameters(self) -> dict[str, inspect.Parameter]:
@@ -571,12 +590,13 @@ class Layer(metaclass=abc.ABCMeta):
             self.add_loss(loss)
 
     def _maybe_build(self, args: tuple, kwargs: dict[str, Any]) -> None:
-        if self.built:
+        if self._mf_built:
             return
-        if type(self).build is Layer.build:
-            self.built = True
+        if getattr(type(self).build, "_mf_default_build", False):  # no build of the user's
+            self._mf_built = True
             return
         self.build(**self._build_shapes(args, kwargs))
+        self._mf_built = True
 
     def _build_shapes(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
         """``build``'s arguments, as Keras' ``update_shapes_dict_for_target_fn``: a one-
@@ -617,19 +637,27 @@ class Layer(metaclass=abc.ABCMeta):
 
     # -- dtypes --------------------------------------------------------------------------
     @property
-    def dtype_policy(self) -> str:
-        """The dtype policy's name (``"float32"`` when none was given)."""
-        return self._mf_dtype_policy or "float32"
+    def dtype_policy(self) -> Any:
+        """The dtype policy: the policy object given (``mf.mixed_precision.Policy``), else
+        its name (``"float32"`` when none was given). Settable."""
+        policy = self.__dict__.get("_mf_policy_object")
+        return policy if policy is not None else self._mf_dtype_policy or "float32"
+
+    @dtype_policy.setter
+    def dtype_policy(self, value: Any) -> None:
+        self._mf_dtype_policy = _policy_name(value)
+        self._mf_policy_object = value if hasattr(value, "compute_dtype") else None
 
     @property
     def compute_dtype(self) -> str:
         """The dtype inputs are cast to (``"bfloat16"`` under ``"mixed_bfloat16"``)."""
-        return jnp.dtype(COMPUTE_DTYPES.get(self.dtype_policy, self.dtype_policy)).name
+        name = self._mf_dtype_policy or "float32"
+        return jnp.dtype(COMPUTE_DTYPES.get(name, name)).name
 
     @property
     def variable_dtype(self) -> str:
         """The dtype weights are created in (float32 under the mixed policies)."""
-        return "float32" if self.dtype_policy in _MIXED else self.compute_dtype
+        return "float32" if self._mf_dtype_policy in _MIXED else self.compute_dtype
 
     @property
     def dtype(self) -> str:

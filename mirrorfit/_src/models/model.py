@@ -12,6 +12,7 @@ through `Model.assign_state`. It holds no training logic of its own. As in Keras
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -20,23 +21,49 @@ import jax.numpy as jnp
 from mirrorfit._src.callbacks.callback import History
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
+from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.models import model_checks
 from mirrorfit._src.models.keras_models import ModelLayers, model_module
 from mirrorfit._src.models.model_calls import ModelCalls
+from mirrorfit._src.models.object_model import ObjectModel, in_object_context
 from mirrorfit._src.models.weights import ModelVariables
 from mirrorfit._src.modules import input_spec, mixed_precision
 from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
+from mirrorfit._src.modules.objects import ObjectAdapter
 from mirrorfit._src.trainers.model_hooks import ModelHooks
 from mirrorfit._src.trainers.state import TrainState, create_state, require_state
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
 
 
-class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
-    """A Flax module with Keras' ``compile``/``fit``/``evaluate``/``predict``, mirrored.
+def _synced(method: Any, push: bool) -> Any:
+    """``method`` run on the variables' current values (and, with ``push``, writing the
+    trained values back to them, also after an error); see `ObjectModel`."""
+    @functools.wraps(method)
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        self._pull()
+        if not push:
+            return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._push()
+    return run
+
+
+class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, ObjectModel,
+            Layer):
+    """A Flax module, or a Keras-style subclass, with Keras' ``compile``/``fit``/``evaluate``/
+    ``predict``, mirrored.
+
+    Subclass it as ``keras.Model``: ``__init__(self, ..., **kwargs)`` calling
+    ``super().__init__(**kwargs)``, layers as attributes, and ``call(self, inputs,
+    training=False)``; the model is built on its first batch (or by `build`). Its variables
+    are `mirrorfit.Variable` s, trained in a stateless scope and written back when ``fit``
+    ends (`mirrorfit._src.models.object_model`).
 
     Args:
-        module: a ``flax.linen.Module`` or ``flax.nnx.Module``. If its ``__call__`` takes
+        module: a ``flax.linen.Module`` or ``flax.nnx.Module``; none for a subclass. If its ``__call__`` takes
             ``train`` or ``training``, it gets ``True`` in fit and ``False`` otherwise. A
             tuple input is passed as positional arguments; a dict as one argument.
         input_shape: shape of one example, without the batch dimension (e.g. ``(784,)``),
@@ -50,7 +77,8 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         inputs, outputs: instead of ``module``, the functional API (``keras.Model(inputs,
             outputs)``, also positionally): `mirrorfit.layers.Input` tensors and the tensors
             computed from them (one, a list or a dict); built at once from the Inputs.
-        name: the functional model's name.
+        name: the model's name.
+        **kwargs: `mirrorfit.layers.Layer` 's ``trainable`` and ``dtype``.
 
     Params are created replicated (``NamedSharding(mesh, P())``) on the devices of the
     strategy active at construction (`mirrorfit.get_strategy`).
@@ -74,21 +102,28 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
     _adapter: ModuleAdapter  # its init/apply/tabulate, under dtype_policy
     _strategy: DeviceMesh  # the strategy active at construction: its devices hold _state
     _trainer: Trainer  # the loops; its config is set by compile
-    _state: TrainState | None  # the one training state, mirrored; None until built
     _input_spec: Any  # jax.ShapeDtypeStruct pytree of one example; None until built
     seed: int  # seeds init, dropout and shuffling
     dtype_policy: mixed_precision.Policy
 
     def __init__(self, module: Any = None, input_shape: Any = None, *, inputs: Any = None,
                  outputs: Any = None, name: str | None = None, input_dtype: Any = jnp.float32,
-                 seed: int = 0, dtype_policy: str | mixed_precision.Policy | None = None):
-        module, sample = model_module(module, input_shape, inputs, outputs, name)
+                 seed: int = 0, dtype_policy: str | mixed_precision.Policy | None = None,
+                 **kwargs: Any):
+        Layer.__init__(self, name=name, **kwargs)
+        self.seed = model_checks.checked_seed(seed)
         self.dtype_policy = mixed_precision.get(dtype_policy)
-        adapter = self._adapt(module)
+        if module is None and inputs is None and type(self).call is not Layer.call:
+            module, sample = self, None  # a Keras-style subclass
+            adapter = mixed_precision.with_policy(
+                ObjectAdapter(self, functools.partial(Layer.__call__, self), self.seed),
+                self.dtype_policy)
+        else:
+            module, sample = model_module(module, input_shape, inputs, outputs, name)
+            adapter = self._adapt(module)
         self._strategy = get_strategy()
         warn_if_outside_scope()
         self._input_dtype = input_dtype
-        self.seed = model_checks.checked_seed(seed)
         self._compile_config: dict[str, Any] | None = None
         self.stop_training = False
         self.history: History | None = None
@@ -120,6 +155,16 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
     def trainer(self) -> Trainer:
         """The loops; callbacks read `Trainer.progress` and call `Trainer.resume_from`."""
         return self._trainer
+
+    @property
+    def _state(self) -> TrainState | None:
+        # Read through here, the state reflects variables assigned since the last sync.
+        self._pull()
+        return self.__dict__.get("_mf_state")
+
+    @_state.setter
+    def _state(self, state: TrainState | None) -> None:
+        self.__dict__["_mf_state"] = state
 
     @property
     def state(self) -> TrainState | None:
@@ -154,6 +199,27 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
             raise ValueError(f"assign_state takes TrainState fields {TrainState._fields}. "
                              f"Received: {unknown}")
         self._state = state._replace(**self._strategy.replicate_arrays(fields))
+        self._push()
+
+    fit = _synced(TrainingAPI.fit, push=True)
+    evaluate = _synced(TrainingAPI.evaluate, push=False)
+    predict = _synced(TrainingAPI.predict, push=False)
+
+    @property
+    def losses(self) -> list[jax.Array]:  # type: ignore[override]
+        """This forward pass's losses: inside a custom step or ``strategy.run``, those of the
+        newest ``model(x)`` there; else as `ModelHooks.losses`."""
+        if in_object_context():
+            return self._scope_losses()
+        return ModelHooks.losses.fget(self)  # type: ignore[attr-defined]
+
+    @property
+    def layers(self) -> list[Any]:  # type: ignore[override]
+        """The layers: Keras' order for models of ``mirrorfit.layers``, the attributes'
+        for a subclass."""
+        if self.is_subclassed:
+            return Layer.layers.fget(self)  # type: ignore[attr-defined]
+        return ModelLayers.layers.fget(self)  # type: ignore[attr-defined]
 
     @property
     def input_spec(self) -> Any:
@@ -161,8 +227,13 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         return self._input_spec
 
     @property
-    def built(self) -> bool:
+    def built(self) -> bool:  # type: ignore[override]
+        """Whether the model's weights exist (its training state is built)."""
         return self._state is not None
+
+    @built.setter
+    def built(self, value: bool) -> None:  # a subclass's own build sets it, as in Keras
+        self._mf_built = bool(value)
 
     def build(self, input_shape: Any) -> None:
         """Creates the params for examples of ``input_shape`` (no batch dimension; 8 is (8,)).
@@ -173,9 +244,13 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers):
         shape = model_checks.example_shape(input_shape)
         self._build_from(input_spec.example_batch(shape, self._input_dtype))
 
+    build._mf_default_build = True  # type: ignore[attr-defined]  # not a subclass's build
+
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
-        init = jax.jit(self._adapter.init, out_shardings=self._strategy.replicated_sharding)
+        init = self._adapter.init
+        if getattr(self._adapter, "jit_init", True):
+            init = jax.jit(init, out_shardings=self._strategy.replicated_sharding)
         model_checks.check_module_call(self.module, sample)
         params, model_state = init(jax.random.PRNGKey(self.seed), sample)
         model_checks.check_outputs_per_example(self.module, self._adapter, params,

@@ -17,6 +17,8 @@ from typing import Any
 import jax
 import jax.core
 
+from mirrorfit._src.layers import functional
+from mirrorfit._src.models.object_model import TRACED_CALL, in_object_context, is_differentiating
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
@@ -34,6 +36,8 @@ class ModelCalls:
     _trainer: Trainer  # its config's optimizer; train_on_batch's step
     _adapter: ModuleAdapter  # the module's forward pass
     _check_input: Callable[..., None]  # builds the model from inputs, or checks them
+    _pull: Callable[[], None]  # owned by ObjectModel: variables -> state
+    _object_call: Callable[..., Any]  # owned by ObjectModel: model(x) inside a scope
     # Owned by `TrainingAPI`: the loops the *_on_batch methods run on one batch.
     predict: Callable[..., Any]
     evaluate: Callable[..., Any]
@@ -73,23 +77,42 @@ class ModelCalls:
                                                   rng=rng)
         return y
 
-    def __call__(self, x: Any, training: bool = False) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The outputs for one batch, as ``keras.Model.__call__``: jitted, per input shape.
 
         ``training=True`` draws dropout from the same per-step key fit uses for replica 0.
-        The values sown into ``"losses"`` become `losses`.
+        The values sown into ``"losses"`` become `losses`. On symbolic tensors
+        (`mirrorfit.layers.Input`) the model is a layer of a functional model, sharing its
+        weights; inside a custom step, ``strategy.run`` or `mirrorfit.value_and_grad` it runs
+        on that pass's values (`mirrorfit._src.models.object_model`).
 
         Args:
-            x: inputs ``[batch, ...]`` (arrays, or a tuple/dict of them).
+            x: inputs ``[batch, ...]`` (arrays, or a tuple/dict of them), positionally.
             training: the module's training flag.
 
         Returns:
             ``jax.Array`` outputs ``[batch, ...]``, replicated.
 
+        Raises:
+            RuntimeError: called under ``jax.grad`` outside a stateless scope, where the
+                weights would silently be constants (zero gradients).
+
         Example:
             >>> model(x[:2]).shape
             (2, 3)
         """
+        if functional.is_symbolic((args, kwargs)):
+            return functional.symbolic_call(self, args, kwargs)
+        if in_object_context():
+            return self._object_call(args, dict(kwargs))
+        if is_differentiating():
+            raise RuntimeError(TRACED_CALL)
+        training = kwargs.pop("training", False)
+        if kwargs or not args:
+            raise TypeError("model(x, training=False) takes the inputs positionally. "
+                            f"Received: {len(args)} positional arguments and {sorted(kwargs)}")
+        x = args[0] if len(args) == 1 else tuple(args)
+        self._pull()
         self._check_input(x)
         if self._jitted_forward is None:
             self._jitted_forward = jax.jit(self._forward, static_argnames="training")

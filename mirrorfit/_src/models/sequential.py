@@ -13,8 +13,8 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.layers.sequential import sequential_module
 from mirrorfit._src.models.keras_models import model_module
 from mirrorfit._src.models.model import Model

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 _LOCAL = threading.local()
 
@@ -51,11 +51,11 @@ class StatelessScope:
         self._updates: dict[int, tuple[Any, Any]] = {}
         self._touched: dict[int, Any] | None = {} if record_reads else None
 
-    def __enter__(self) -> StatelessScope:
+    def __enter__(self) -> Self:
         _stack().append(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _stack().remove(self)
 
     def add_update(self, variable: Any, value: Any) -> None:

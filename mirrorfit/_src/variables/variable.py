@@ -24,6 +24,13 @@ from mirrorfit._src.variables import placement, stateless_scope
 
 AGGREGATIONS = ("none", "mean", "sum", "only_first_replica")
 _UIDS = itertools.count()
+_GENERATION = [0]
+
+
+def generation() -> int:
+    """A counter bumped whenever a variable is created or assigned outside a stateless
+    scope: a model's training state, a copy of its variables, is stale only if it moved."""
+    return _GENERATION[0]
 
 
 def _is_traced(value: Any) -> bool:
@@ -92,6 +99,7 @@ class Variable:
         self.regularizer = regularizer
         self.constraint = constraint
         self._uid = next(_UIDS)
+        _GENERATION[0] += 1
 
     # -- reading -----------------------------------------------------------------------
     @property
@@ -147,6 +155,7 @@ class Variable:
         old = self._value
         sharding = getattr(old, "sharding", None)
         self._value = jax.device_put(value, sharding) if sharding is not None else value
+        _GENERATION[0] += 1
         return self
 
     def assign_add(self, value: Any) -> Variable:
@@ -181,7 +190,7 @@ class Variable:
         return self.value.astype(dtype)
 
     @property
-    def T(self) -> jax.Array:  # noqa: N802 - NumPy's name
+    def T(self) -> jax.Array:
         return self.value.T
 
     def __repr__(self) -> str:

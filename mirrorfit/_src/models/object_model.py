@@ -1,0 +1,213 @@
+"""`Model` as a Keras object: its variables, subclassing, and use as a layer.
+
+A `mirrorfit.Model` is a `mirrorfit.layers.Layer`, as in Keras. Two kinds share this face:
+
+* a **subclassed** model (``class M(mf.Model)`` with ``__init__`` and ``call``) owns
+  `mirrorfit.Variable` s through its attributes. Its `TrainState` is the working copy the
+  compiled steps update: `ObjectModel._pull` copies changed variable values into it when
+  ``fit``/``evaluate``/``predict``/``model(x)`` start, and `ObjectModel._push` writes the
+  state back into the variables when ``fit`` ends (also after an error) and after every
+  ``assign_state`` (``set_weights``, ``load_weights``, restores), as Keras 3's JAX trainer
+  syncs its variables after ``fit``;
+* a **Flax-module** model (functional, Sequential, ``mf.Model(module)``) keeps its weights in
+  its state and shows them as `StateVariable` views. A functional model whose graph calls
+  Keras-style layers or other models pulls their variables into its state and pushes the
+  trained values back the same way, so a model used as a layer shares its weights.
+
+Called inside a stateless scope or another layer's call (a custom ``train_step``,
+``strategy.run``, `mirrorfit.value_and_grad`), ``model(x)`` runs on the scope's values, so it
+is differentiable there; called under ``jax.grad`` outside one, it raises instead of
+silently treating the weights as constants (under ``jax.jit`` alone it reads them as
+constants, the weights of that moment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax._src import core as jax_core
+
+from mirrorfit._src.layers import flax_bridge, model_info
+from mirrorfit._src.layers.layer import Layer
+from mirrorfit._src.models.variable_views import replaced_leaf, state_variables
+from mirrorfit._src.modules.objects import NON_TRAINABLE, variable_pairs, variable_trees
+from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.trainers.state import require_state
+from mirrorfit._src.variables import call_context, stateless_scope, tracking
+from mirrorfit._src.variables import variable as variables_lib
+
+# Model's own attributes: never part of the variables a subclass's attributes hold.
+INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
+                      "_adapter", "_trainer", "_strategy", "_state"})
+TRACED_CALL = (
+    "model(x) was called under jax.grad outside a stateless scope: it would read the "
+    "stored weights as constants, so gradients with respect to them would be all zeros. "
+    "Differentiate with `loss, grads = mf.value_and_grad(loss_fn, "
+    "model.trainable_variables)()`, compile with `strategy.run` or `@mf.function`, or use "
+    "the pure `model.apply(params, x)` with params you pass in.")
+
+
+_DIFFERENTIATING = ("JVPTrace", "LinearizeTrace")
+
+
+def is_differentiating() -> bool:
+    """Whether ``jax.grad`` (or ``jvp``/``linearize``) is tracing the current call."""
+    trace = getattr(getattr(jax_core, "trace_ctx", None), "trace", None)
+    return type(trace).__name__ in _DIFFERENTIATING
+
+
+def in_object_context() -> bool:
+    """Whether a stateless scope or a layer call is active (a traced object-model pass)."""
+    return stateless_scope.in_stateless_scope() or call_context.current() is not None
+
+
+class ObjectModel:
+    """`Model` 's Keras-object face; see the module docstring. Mixed into `Model`."""
+
+    module: Any
+    _mf_skip = INTERNAL
+
+    @property
+    def is_subclassed(self) -> bool:
+        """Whether this model is a Keras-style subclass (``call`` defined, no Flax module)."""
+        return self.module is self
+
+    # -- variables ---------------------------------------------------------------------
+    def __mf_variables__(self) -> list[tuple[Any, Any]]:
+        if self.is_subclassed:
+            return Layer.__mf_variables__(self)  # type: ignore[arg-type]
+        return list(state_variables(self))
+
+    def _frozen_paths(self) -> list[tuple[str, ...]]:
+        if model_info.is_layers_model(self.module):
+            return model_info.non_trainable_paths(self.module)
+        return []
+
+    def _assign_leaf(self, field: str, key: tuple[str, ...], value: Any) -> None:
+        state = require_state(self.state)
+        tree = getattr(state, field)
+        placed = self.strategy.replicate_arrays(jnp.asarray(value, tree_leaf(tree, key).dtype))
+        self.state = state._replace(**{field: replaced_leaf(tree, key, placed)})
+
+    def _object_nodes(self) -> list[tuple[str, Any]]:
+        """``(name, layer)`` of the Keras-style layers and models a functional or Sequential
+        model's graph calls."""
+        if not model_info.is_layers_model(self.module):
+            return []
+        return [(name, layer) for name, layer in model_info.model_layers(self.module)
+                if not isinstance(layer, nn.Module) and hasattr(layer, "__mf_variables__")]
+
+    # -- the working copy: variables -> state -> variables ------------------------------
+    def _pull(self) -> None:
+        """Copies variable values that changed since the last sync into the state."""
+        state = self.__dict__.get("_mf_state")
+        if state is None or self.__dict__.get("_mf_generation") == variables_lib.generation():
+            return
+        self.__dict__["_mf_generation"] = variables_lib.generation()
+        if self.is_subclassed:
+            pairs = tracking.walk(self)
+            if all(_synced(self, v) for _, v in pairs):
+                return
+            params, model_state = variable_trees(self)
+            if jax.tree.structure(params) != jax.tree.structure(state.params):
+                raise ValueError(
+                    "The model's trainable variables changed (a layer's `trainable` was set, "
+                    "or a layer was added) since it was compiled: call compile() again.")
+            self.state = state._replace(**self.strategy.replicate_arrays(
+                {"params": params, "model_state": model_state}))
+            _remember(self, pairs)
+            return
+        for name, layer in self._object_nodes():
+            pairs = tracking.walk(layer)
+            if all(_synced(self, v) for _, v in pairs):
+                continue
+            params, rest = dict(state.params), dict(state.model_state)
+            for path, variable in pairs:
+                key = "/".join(path)
+                if variable.trainable:
+                    params[name] = {**params.get(name, {}), key: variable.value}
+                else:
+                    node = dict(rest.get(NON_TRAINABLE, {}))
+                    node[name] = {**node.get(name, {}), key: variable.value}
+                    rest[NON_TRAINABLE] = node
+            state = state._replace(**self.strategy.replicate_arrays(
+                {"params": params, "model_state": rest}))
+            self.state = state
+            _remember(self, pairs)
+
+    def _push(self) -> None:
+        """Writes the state's values into the variables (subclassed models and the
+        Keras-style layers of a functional graph)."""
+        state = self.__dict__.get("_mf_state")
+        if state is None:
+            return
+        if self.is_subclassed:
+            for target, value in variable_pairs(self, state.params, state.model_state):
+                target._value = value
+            _remember(self, tracking.walk(self))
+            return
+        for name, layer in self._object_nodes():
+            rest = state.model_state.get(NON_TRAINABLE, {})
+            flax_bridge.write_back(layer, state.params.get(name), rest.get(name))
+            _remember(self, tracking.walk(layer))
+
+    # -- calls inside other objects' passes ----------------------------------------------
+    def _object_call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``model(x)`` inside a stateless scope or a layer call (see the module docstring)."""
+        if self.is_subclassed:
+            return Layer.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
+        training = kwargs.pop("training", None)
+        context = call_context.current()
+        if training is None:
+            training = bool(context.training) if context is not None else False
+        x = args[0] if len(args) == 1 else tuple(args)
+        if self.state is None:
+            with jax.ensure_compile_time_eval():
+                self._check_input(jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), x))
+        views = state_variables(self)
+        state = require_state(self.state)
+        values = {(v._mf_field, v._mf_key): v.value for _, v in views}
+        trees = {}
+        for field in ("params", "model_state"):
+            trees[field] = jax.tree_util.tree_map_with_path(
+                lambda p, leaf, f=field: values.get(
+                    (f, tuple(getattr(k, "key", k) for k in p)), leaf),
+                getattr(state, field))
+        y, new_state, losses = self._adapter.apply_with_losses(
+            trees["params"], trees["model_state"], x, train=bool(training),
+            rng=call_context.next_rng())
+        if training:
+            flat = dict(jax.tree_util.tree_flatten_with_path(new_state)[0])
+            for _, view in views:
+                if view._mf_field == "model_state":
+                    key = tuple(jax.tree_util.DictKey(k) for k in view._mf_key)
+                    if key in flat:
+                        view.assign(flat[key])
+        self._mf_losses = loss_values(losses)
+        return y
+
+    def _scope_losses(self) -> list[Any]:
+        if self.is_subclassed:
+            return Layer.losses.fget(self)  # type: ignore[attr-defined]
+        return list(self._mf_losses)
+
+
+def tree_leaf(tree: Any, key: tuple[str, ...]) -> Any:
+    for part in key:
+        tree = tree[part]
+    return tree
+
+
+def _synced(model: Any, variable: Any) -> bool:
+    remembered = model.__dict__.get("_mf_synced", {})
+    return remembered.get(id(variable)) is variable._value
+
+
+def _remember(model: Any, pairs: list[tuple[Any, Any]]) -> None:
+    synced = model.__dict__.setdefault("_mf_synced", {})
+    for _, variable in pairs:
+        synced[id(variable)] = variable._value
+

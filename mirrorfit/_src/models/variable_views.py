@@ -1,0 +1,83 @@
+"""A Flax-module model's weights as `Variable` s: views of its training state.
+
+A functional, Sequential or ``mf.Model(flax_module)`` model keeps its weights in its
+`TrainState`. Used as a layer of a Keras-style model (``self.encoder = encoder``), or read
+as ``model.trainable_variables`` in a custom loop, it shows them as `StateVariable` s: a
+read returns the state's leaf (or, inside a stateless scope, the scope's value) and an
+assignment outside a scope replaces the leaf. So an outer model trained with this one as
+a layer writes its trained values straight into this model's state: the weights are
+shared, not copied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from flax import traverse_util
+
+from mirrorfit._src.variables.variable import Variable
+
+_FIELDS = ("params", "model_state")
+
+
+class StateVariable(Variable):
+    """One leaf of a model's ``params`` or ``model_state`` as a `Variable` (see the module
+    docstring). Trainable when it is a param of a trainable layer."""
+
+    def __init__(self, model: Any, field: str, key: tuple[str, ...], trainable: bool):
+        # No Variable.__init__: the value lives in the model's state.
+        self._mf_model = model
+        self._mf_field = field
+        self._mf_key = key
+        self.name = "/".join(key)
+        self.path = f"{model.name}/{self.name}"
+        self.trainable = trainable
+        self.aggregation = "none" if field == "params" else "mean"
+        self.regularizer = None
+        self.constraint = None
+
+    @property
+    def _value(self) -> Any:  # type: ignore[override]
+        tree = getattr(self._mf_model.state, self._mf_field)
+        for part in self._mf_key:
+            tree = tree[part]
+        return tree
+
+    @_value.setter
+    def _value(self, value: Any) -> None:
+        self._mf_model._assign_leaf(self._mf_field, self._mf_key, value)
+
+
+def state_variables(model: Any) -> list[tuple[tuple[str, ...], StateVariable]]:
+    """The views of ``model`` 's weights (``[]`` when unbuilt), params first, Keras' order
+    within each; RNG key leaves (nnx) are not weights. Cached while the structure holds."""
+    state = model.state
+    if state is None:
+        return []
+    structure = jax.tree.structure((state.params, state.model_state))
+    cached = model.__dict__.get("_mf_views")
+    if cached is not None and cached[0] == structure:
+        return cached[1]
+    frozen = {tuple(p) for p in model._frozen_paths()}
+    views = []
+    for field in _FIELDS:
+        tree = getattr(state, field)
+        if not isinstance(tree, dict):
+            continue
+        for key, leaf in traverse_util.flatten_dict(tree).items():
+            if np.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                continue
+            trainable = field == "params" and not any(key[:len(f)] == f for f in frozen)
+            path = key if field == "params" else (field, *key)
+            views.append((path, StateVariable(model, field, key, trainable)))
+    model.__dict__["_mf_views"] = (structure, views)
+    return views
+
+
+def replaced_leaf(tree: dict[str, Any], key: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """``tree`` (nested dicts) with the leaf at ``key`` replaced by ``value``."""
+    if len(key) == 1:
+        return {**tree, key[0]: value}
+    return {**tree, key[0]: replaced_leaf(tree[key[0]], key[1:], value)}
