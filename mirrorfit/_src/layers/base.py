@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers import activations, flax_bridge, functional, initializers, regularizers
-from mirrorfit._src.layers.layer import COMPUTE_DTYPES, Layer
+from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
+from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.utils import registry
 
 if TYPE_CHECKING:

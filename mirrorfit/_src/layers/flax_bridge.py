@@ -36,7 +36,7 @@ NON_TRAINABLE = "non_trainable"
 _BRIDGE = "_mf_bridge"  # {collection: {flat path: Variable}} on the Flax module
 
 
-def _mode_kwargs(module: nn.Module, training: bool) -> dict[str, bool]:
+def _mode_kwargs(module: nn.Module, training: bool) -> dict[str, Any]:
     try:
         params = inspect.signature(type(module).__call__).parameters
     except (TypeError, ValueError):

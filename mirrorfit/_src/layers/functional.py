@@ -115,7 +115,7 @@ def _probe(t: KerasTensor) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct((batch, *t.shape[1:]), t.dtype)
 
 
-def symbolic_call(layer: nn.Module, args: tuple, kwargs: dict) -> Any:
+def symbolic_call(layer: Any, args: tuple, kwargs: dict) -> Any:
     """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs."""
     leaves, treedef = jax.tree.flatten((args, kwargs))
     slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, KerasTensor)]
