@@ -40,6 +40,7 @@ from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
 from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint
 from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
+from mirrorfit._src.variables.variable import Variable as Variable
 
 __version__ = "0.1.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "ReduceOp",
     "ReplicaContext",
     "Sequential",
+    "Variable",
     "apply_gradients",
     "batch_mask",
     "callbacks",

@@ -154,3 +154,27 @@ def test_losses_belong_to_the_forward_pass_inside_a_scope():
     assert len(losses) == 2  # add_loss, then the kernel's regularizer (sown by the Dense)
     np.testing.assert_allclose(losses[0], np.mean(np.asarray(y) ** 2), rtol=1e-5)
     np.testing.assert_allclose(losses[1], 0.5 * np.sum(np.asarray(doubled) ** 2), rtol=1e-5)
+
+
+def test_subclassed_model_saves_and_loads_through_custom_objects(tmp_path):
+    model, _ = _fit_mlp(2)
+    path = tmp_path / "mlp.keras"
+    model.save(path)
+    with pytest.raises(ValueError, match="custom_objects"):
+        mf.load_model(path)
+    with mirrored_strategy(8).scope():
+        restored = mf.load_model(path, custom_objects={"MLP": MLP})
+    assert isinstance(restored, MLP) and restored.compiled
+    np.testing.assert_array_equal(restored.predict(X, verbose=0), model.predict(X, verbose=0))
+    np.testing.assert_array_equal(restored.head.weights[0].numpy(), model.head.weights[0].numpy())
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
+
+
+def test_summary_of_a_subclassed_model_lists_its_layers():
+    lines = []
+    model, _ = _fit_mlp(1)
+    model.summary(print_fn=lines.append)
+    text = lines[0]
+    for row in ("dense (Dense)", "dense_1 (Dense)", "dense_2 (Dense)"):
+        assert row in text
+    assert f"Total params: {sum(w.size for w in model.get_weights()):,}" in text

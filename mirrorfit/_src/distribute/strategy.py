@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.core
 
 from mirrorfit._src.distribute import distributed_input
 from mirrorfit._src.distribute.mesh import Device, DeviceMesh

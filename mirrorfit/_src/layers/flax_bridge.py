@@ -36,7 +36,7 @@ NON_TRAINABLE = "non_trainable"
 _BRIDGE = "_mf_bridge"  # {collection: {flat path: Variable}} on the Flax module
 
 
-def _mode_kwargs(module: nn.Module, training: bool) -> dict[str, Any]:
+def _mode_kwargs(module: nn.Module, training: bool) -> dict[str, bool]:
     try:
         params = inspect.signature(type(module).__call__).parameters
     except (TypeError, ValueError):
@@ -59,8 +59,8 @@ def _create(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> dict[str,
     shapes (initialisers depend on shapes and the key only)."""
     rngs = {"params": call_context.init_rng(), "dropout": call_context.init_rng()}
     with jax.ensure_compile_time_eval():
-        variables = dict(module.init(rngs, *_concrete_zeros(args), **_concrete_zeros(kwargs),
-                                     **_mode_kwargs(module, False)))
+        call_kwargs: dict[str, Any] = {**_concrete_zeros(kwargs), **_mode_kwargs(module, False)}
+        variables = dict(module.init(rngs, *_concrete_zeros(args), **call_kwargs))
     variables.pop(LOSSES, None)
     bridge: dict[str, Any] = {}
     for collection, tree in variables.items():
@@ -105,8 +105,9 @@ def call_unbound(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
     variables = {collection: traverse_util.unflatten_dict(
         {path: v.value for path, v in tree.items()}) for collection, tree in bridge.items()}
     mutable = [c for c in bridge if c != "params"] + [LOSSES] if training else [LOSSES]
+    call_kwargs: dict[str, Any] = {**kwargs, **_mode_kwargs(module, training)}
     outputs, mutated = module.apply(variables, *args, rngs={"dropout": call_context.next_rng()},
-                                    mutable=mutable, **kwargs, **_mode_kwargs(module, training))
+                                    mutable=mutable, **call_kwargs)
     mutated = dict(mutated)
     losses = mutated.pop(LOSSES, {})
     for collection, tree in mutated.items():

@@ -74,16 +74,17 @@ class LayerWeights:
                 ``losses`` while the weight is trainable.
             constraint: a callable ``w -> w`` applied after each optimizer update.
             aggregation: how replicas combine assignments (see `mirrorfit.Variable`).
-            name: the weight's name; its ``path`` is ``"<layer name>/<name>"``, under the
+            name: the weight's name, unique within the layer (default ``"variable"``,
+                ``"variable_1"``, ...); its ``path`` is ``"<layer name>/<name>"``, under the
                 names of the layers around it (``"block/linear/w"``).
 
         Returns:
             The new `mirrorfit.Variable`.
 
         Raises:
-            ValueError: a name given positionally (tf.keras 2's ``add_weight("kernel",
-                ...)``), a constraint that is not callable, or what `mirrorfit.Variable`
-                raises.
+            ValueError: a name this layer already uses, a name given positionally (tf.keras
+                2's ``add_weight("kernel", ...)``), a constraint that is not callable, or what
+                `mirrorfit.Variable` raises.
             RuntimeError: ``super().__init__()`` was not called.
         """
         del autocast
@@ -96,10 +97,15 @@ class LayerWeights:
             raise ValueError("constraint must be a callable `w -> w` (e.g. `lambda w: "
                              f"jnp.clip(w, 0, None)`). Received: constraint={constraint!r}")
         dtype = jnp.dtype(dtype or self.variable_dtype)
-        own = len(self._mf_trainable_own) + len(self._mf_non_trainable_own)
-        name = name or ("variable" if own == 0 else f"variable_{own}")
-        variable = Variable(initializers.variable_initializer(initializer, dtype), shape=tuple(shape or ()),
-                            dtype=dtype, trainable=trainable, name=name,
+        taken = {v.name for v in self._mf_trainable_own + self._mf_non_trainable_own}
+        if name in taken:
+            raise ValueError(f"Layer {self.name!r} already has a weight named {name!r}; give "
+                             f"each add_weight its own name=. Received: name={name!r}")
+        n = len(taken)
+        while name is None or name in taken:  # Keras' "variable", "variable_1", ...
+            name, n = "variable" if n == 0 else f"variable_{n}", n + 1
+        variable = Variable(initializers.variable_initializer(initializer, dtype),
+                            shape=tuple(shape or ()), dtype=dtype, trainable=trainable, name=name,
                             aggregation=aggregation,
                             regularizer=regularizers.get(regularizer), constraint=constraint)
         variable.path = weight_path(self.name, self, name)
@@ -150,7 +156,7 @@ class LayerWeights:
         own = [*self._mf_trainable_own, *self._mf_non_trainable_own]
         return own + [v for v in assigned if not any(v is o for o in own)]
 
-    def __mf_variables__(self) -> list[tuple[tuple[str, ...], Any]]:
+    def __mf_variables__(self) -> list[tuple[Any, Any]]:
         """Own weights first (the trainable ones, then the others, each in creation order),
         then each attribute's (Keras' order), as ``(path, variable or object)``."""
         pairs: list[tuple[tuple[str, ...], Any]] = []

@@ -20,6 +20,7 @@ import rich.console
 import rich.table
 
 from mirrorfit._src.layers import functional, model_info, sequential
+from mirrorfit._src.utils.naming import snake_case
 
 # Keras' layouts: (line length, column positions) without and with "Connected to".
 _LAYOUTS = {True: (88, (0.45, 0.80, 1.0)), False: (108, (0.3, 0.56, 0.74, 1.0))}
@@ -211,3 +212,27 @@ def format_summary(summary: Summary, name: str | None = None) -> str:
                                 summary.non_trainable_bytes)):
         console.print(f" {label} params: {count:,} ({readable_size(size)})", markup=False)
     return out.getvalue()
+
+
+def layer_summary(layer: Any) -> Summary:
+    """Keras 3's table of a Keras-style layer or subclassed model: one row per layer held in
+    its attributes (``layer.layers``), output shapes ``?`` as Keras prints them for a model
+    built without symbolic inputs, totals over every weight (its own included)."""
+    def sizes(variables: list[Any]) -> tuple[int, int, int, int]:
+        split = ([v for v in variables if v.trainable], [v for v in variables if not v.trainable])
+        counts = [sum(math.prod(v.shape) for v in part) for part in split]
+        nbytes = [sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in part)
+                  for part in split]
+        return counts[0], counts[1], nbytes[0], nbytes[1]
+
+    rows, taken = [], set()
+    for child in layer.layers:
+        trainable, frozen, _, _ = sizes(list(getattr(child, "weights", [])))
+        base = getattr(child, "name", None) or snake_case(type(child).__name__)
+        name, k = base, 0
+        while name in taken:  # unnamed Flax layers numbered as Keras names them
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        rows.append(LayerRow(name, type(child).__name__, "?", trainable, frozen))
+    return Summary(rows, *sizes(list(layer.weights)))

@@ -20,6 +20,7 @@ from mirrorfit._src.models.model_saving import decode_input_spec, restore_into
 from mirrorfit._src.models.sequential import module_of
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import keras_archive, saved_config
+from mirrorfit._src.utils import registry
 
 
 def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = None,
@@ -67,17 +68,13 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     else:
         found = checkpoint_lib.read_latest(path)
     custom_objects = dict(custom_objects or {})
-    if module is None and "architecture" in found.info:
-        module = from_architecture(found.info["architecture"], custom_objects)
-    elif module is None:
-        module = saved_config.rebuild_module(found.info.get("module"), custom_objects,
-                                             os.fspath(path))
-    elif isinstance(module, (list, tuple)):
-        module = module_of(list(module))
     input_shape, input_dtype = decode_input_spec(found.info["input_spec"])
-    # Saves from before dtype policies were stored get the global policy, as a new model does.
-    model = Model(module, input_shape, input_dtype=input_dtype, seed=found.info["seed"],
-                  dtype_policy=found.info.get("dtype_policy"))
+    if module is None and "subclass" in found.info:
+        model = _subclassed(found.info["subclass"], custom_objects, os.fspath(path))
+        model.build(input_shape)
+    else:
+        model = _module_model(found.info, module, custom_objects, os.fspath(path), input_shape,
+                              input_dtype)
     stored = found.info.get("compile")
     if compile and stored is not None:
         given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
@@ -87,3 +84,37 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     weights_only = not model.compiled or found.info.get("kind") != "model"
     restore_into(model, found, weights_only=weights_only)
     return model
+
+
+def _module_model(info: dict[str, Any], module: Any, custom_objects: dict[str, Any], path: str,
+                  input_shape: Any, input_dtype: Any) -> Model:
+    """The Flax-module model of a save: from ``module``, the stored architecture, or the
+    stored module config and ``custom_objects``."""
+    if module is None and "architecture" in info:
+        module = from_architecture(info["architecture"], custom_objects)
+    elif module is None:
+        module = saved_config.rebuild_module(info.get("module"), custom_objects, path)
+    elif isinstance(module, (list, tuple)):
+        module = module_of(list(module))
+    # Saves from before dtype policies were stored get the global policy, as a new model does.
+    return Model(module, input_shape, input_dtype=input_dtype, seed=info["seed"],
+                 dtype_policy=info.get("dtype_policy"))
+
+
+def _subclassed(stored: dict[str, Any], custom_objects: dict[str, Any], path: str) -> Model:
+    """A subclassed model from its stored class and config (``cls.from_config``).
+
+    Raises:
+        ValueError: the class is neither in ``custom_objects`` nor registered.
+    """
+    name = stored["class_name"]
+    cls = (registry.get_registered_object(stored.get("registered_name") or name, custom_objects)
+           or custom_objects.get(name))
+    if cls is None:
+        raise ValueError(
+            f"load_model needs the class of the subclassed model {name!r} (only weights and "
+            f"its get_config() are stored, never code): pass custom_objects={{{name!r}: "
+            f"{name}}} or register it with @mf.saving.register_serializable(). Received: "
+            f"custom_objects={sorted(custom_objects)} for {path!r}")
+    with registry.CustomObjectScope(custom_objects):
+        return cls.from_config(stored["config"])

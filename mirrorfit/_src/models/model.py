@@ -36,21 +36,6 @@ from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
 
 
-def _synced(method: Any, push: bool) -> Any:
-    """``method`` run on the variables' current values (and, with ``push``, writing the
-    trained values back to them, also after an error); see `ObjectModel`."""
-    @functools.wraps(method)
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        self._pull()
-        if not push:
-            return method(self, *args, **kwargs)
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self._push()
-    return run
-
-
 class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, ObjectModel,
             Layer):
     """A Flax module, or a Keras-style subclass, with Keras' ``compile``/``fit``/``evaluate``/
@@ -136,7 +121,7 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
         """(Re)starts the model on ``module``: no state, built if the input is known."""
         self._adapter = adapter
         self.module = module
-        self._state: TrainState | None = None
+        self._state = None
         self._input_spec: Any = None
         self._trainer = Trainer(self._strategy, self._adapter)
         if sample is not None:
@@ -164,7 +149,7 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
 
     @_state.setter
     def _state(self, state: TrainState | None) -> None:
-        self.__dict__["_mf_state"] = state
+        object.__setattr__(self, "_mf_state", state)
 
     @property
     def state(self) -> TrainState | None:
@@ -200,10 +185,6 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
                              f"Received: {unknown}")
         self._state = state._replace(**self._strategy.replicate_arrays(fields))
         self._push()
-
-    fit = _synced(TrainingAPI.fit, push=True)
-    evaluate = _synced(TrainingAPI.evaluate, push=False)
-    predict = _synced(TrainingAPI.predict, push=False)
 
     @property
     def losses(self) -> list[jax.Array]:  # type: ignore[override]

@@ -30,6 +30,7 @@ from mirrorfit._src.saving import keras_archive, saved_config
 from mirrorfit._src.saving.checkpoint import Checkpoint, read_latest, save, select, unflatten_like
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import require_state
+from mirrorfit._src.utils import registry
 
 
 def _encode_spec(spec: Any) -> Any:
@@ -66,10 +67,28 @@ def _model_info(model, kind: str) -> dict[str, Any]:
     architecture = keras_models.architecture(model.module)  # JSON; None for Flax modules
     if architecture is not None:
         info["architecture"] = architecture
+    if model.is_subclassed:
+        info["subclass"] = subclass_config(model)
+    elif kind == "model":
+        info["module"] = saved_config.module_config(model.module)
     if kind == "model":
         info["compile"] = saved_config.serialize_compile(model.compile_config)
-        info["module"] = saved_config.module_config(model.module)
     return info
+
+
+def subclass_config(model) -> dict[str, Any]:
+    """``registry.serialize`` of a subclassed model: its class and ``get_config()``.
+
+    Raises:
+        NotImplementedError: its constructor arguments are not JSON-able and ``get_config``
+            is not overridden (Keras' requirement for saving a subclassed model).
+    """
+    try:
+        return registry.serialize(model)
+    except NotImplementedError as err:
+        raise NotImplementedError(
+            f"Saving the subclassed model {type(model).__name__} stores its class name and "
+            f"get_config() (never code): {err}") from None
 
 
 def save_weights(model, path: str | os.PathLike, argument: str = "path",

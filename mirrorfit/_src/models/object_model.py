@@ -68,6 +68,9 @@ class ObjectModel:
     """`Model` 's Keras-object face; see the module docstring. Mixed into `Model`."""
 
     module: Any
+    strategy: Any  # owned by Model
+    _adapter: Any  # owned by Model
+    _check_input: Any  # owned by Model
     _mf_skip = INTERNAL
 
     @property

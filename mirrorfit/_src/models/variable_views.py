@@ -66,7 +66,8 @@ def state_variables(model: Any) -> list[tuple[tuple[str, ...], StateVariable]]:
         tree = getattr(state, field)
         if not isinstance(tree, dict):
             continue
-        for key, leaf in traverse_util.flatten_dict(tree).items():
+        flat: dict[tuple[str, ...], Any] = traverse_util.flatten_dict(tree)
+        for key, leaf in flat.items():
             if np.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 continue
             trainable = field == "params" and not any(key[:len(f)] == f for f in frozen)

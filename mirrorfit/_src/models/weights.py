@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mirrorfit._src.layers import summary as summary_lib
 from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.models.weight_order import WeightPath
@@ -193,8 +194,9 @@ class ModelVariables:
         return save(self, path, argument, lock)
 
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
-        """Prints Keras' layer table for a model of ``mirrorfit.layers``, else the table from
-        Flax's own ``tabulate``.
+        """Prints Keras' layer table for a model of ``mirrorfit.layers`` or a subclassed model
+        (one row per layer attribute, output shapes ``?``), else the table from Flax's own
+        ``tabulate``.
 
         Raises:
             ValueError: for an unbuilt model.
@@ -203,5 +205,9 @@ class ModelVariables:
         if is_layers_model(self.module):
             print_fn(keras_models.summary_text(self.module, state.params, state.model_state,
                                                self._sample_batch()))
+            return
+        if self.module is self:  # a subclassed model: Keras' table of its layers
+            print_fn(summary_lib.format_summary(summary_lib.layer_summary(self),
+                                                name=getattr(self, "name", None)))
             return
         print_fn(self._adapter.tabulate(jax.random.PRNGKey(self.seed), self._sample_batch()))

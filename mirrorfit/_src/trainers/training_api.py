@@ -35,6 +35,7 @@ class TrainingAPI:
     _strategy: DeviceMesh  # where the state lives and the steps run
     _trainer: Trainer  # the loops, configured by compile
     _adapter: ModuleAdapter  # the module's forward pass, for the steps' config
+    _push: Callable[[], None]  # writes the trained state into the model's variables
     module: Any  # the Flax module, whose frozen layers compile reads
     _input_spec: Any  # per-example input shapes once built, to check validation data
     seed: int  # base seed of the shuffle order
@@ -191,9 +192,13 @@ class TrainingAPI:
             _check_validation_repeats(validation, epochs=epochs,
                                       initial_epoch=int(initial_epoch),
                                       validation_freq=validation_freq)
-        return self._trainer.fit(self, train, epochs=epochs, initial_epoch=int(initial_epoch),
-                                 callbacks=callbacks, verbose=verbose, validation=validation,
-                                 validation_freq=validation_freq)
+        try:
+            return self._trainer.fit(self, train, epochs=epochs,
+                                     initial_epoch=int(initial_epoch), callbacks=callbacks,
+                                     verbose=verbose, validation=validation,
+                                     validation_freq=validation_freq)
+        finally:  # a subclassed model's variables get the trained values, also after an error
+            self._push()
 
     @overload
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,

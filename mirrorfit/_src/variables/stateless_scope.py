@@ -34,9 +34,10 @@ class StatelessScope:
             variables a function uses (`mirrorfit.MirroredStrategy.run` does).
 
     Example:
+        >>> from mirrorfit._src.variables.stateless_scope import StatelessScope
         >>> v = mf.Variable(1.0)
         >>> with StatelessScope([(v, jnp.asarray(5.0))]) as scope:
-        ...     v.assign(v.value + 1)
+        ...     _ = v.assign(v.value + 1)
         >>> float(v.numpy()), float(scope.get_current_value(v))
         (1.0, 6.0)
     """

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -62,7 +63,7 @@ class Variable:
 
     Example:
         >>> v = mf.Variable(jnp.zeros(3), name="total")
-        >>> v.assign_add(jnp.ones(3))
+        >>> _ = v.assign_add(jnp.ones(3))
         >>> v.numpy()
         array([1., 1., 1.], dtype=float32)
     """
