@@ -11,7 +11,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.layers import flax_bridge, functional, summary
+from mirrorfit._src.layers import flax_bridge, functional, sequential, summary
 from tests.helpers import mirrored_strategy
 
 RNG = np.random.default_rng(1)
@@ -126,6 +126,21 @@ def _summary(model):
     lines = []
     model.summary(print_fn=lines.append)
     return "\n".join(lines)
+
+
+def test_sequential_led_by_an_input_builds_its_layers_on_symbolic_tensors():
+    seen = []
+
+    class Probe(layers.Layer):
+        def build(self, input_shape):
+            seen.append(input_shape)
+
+        def call(self, x):
+            return x
+
+    module, _ = sequential.sequential_module([layers.Input((3,)), layers.Dense(5), Probe()])
+    module.init(jax.random.key(0), jnp.ones((2, 3)))
+    assert seen == [(None, 5)]  # as Keras' Sequential.build, once
 
 
 def test_model_get_weights_lists_the_layer_weights_in_its_own_order():

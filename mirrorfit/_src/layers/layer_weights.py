@@ -72,7 +72,8 @@ class LayerWeights:
             autocast: accepted for Keras compatibility (weights are read in their dtype).
             regularizer: a name, config or callable penalty of the weight, added to
                 ``losses`` while the weight is trainable.
-            constraint: a callable ``w -> w`` applied after each optimizer update.
+            constraint: a callable ``w -> w``, kept as the variable's ``constraint`` (Keras
+                applies it after each optimizer update).
             aggregation: how replicas combine assignments (see `mirrorfit.Variable`).
             name: the weight's name, unique within the layer (default ``"variable"``,
                 ``"variable_1"``, ...); its ``path`` is ``"<layer name>/<name>"``, under the
