@@ -34,6 +34,7 @@ from mirrorfit._src.variables.variable import Variable
 
 _NAME_COUNTS: collections.Counter[str] = collections.Counter()
 
+
 def unique_name(base: str) -> str:
     """Keras' default layer names: ``base``, then ``base_1``, ``base_2``, ... per process."""
     count = _NAME_COUNTS[base]
