@@ -99,7 +99,7 @@ def test_epoch_learning_rate_is_the_optimizers_rate(model, tmp_path, board_first
     # reads it from there, wherever it is listed (before the scheduler, the logs hold none).
     seen = []
     record = mf.callbacks.LambdaCallback(
-        on_epoch_end=lambda epoch, logs: seen.append(model.optimizer.learning_rate))
+        on_epoch_end=lambda epoch, logs: seen.append(float(model.optimizer.learning_rate)))
     board = mf.callbacks.TensorBoard(tmp_path)
     scheduler = mf.callbacks.LearningRateScheduler(_schedule)
     _fit(model, [board, scheduler, record] if board_first else [scheduler, board, record], 3)

@@ -48,7 +48,7 @@ class Expected(mf.callbacks.Callback):
         self.batches[step] = {k: float(v) for k, v in (logs or {}).items()}
 
     def on_epoch_end(self, epoch, logs=None):
-        self.learning_rates.append(self.model.optimizer.learning_rate)
+        self.learning_rates.append(float(self.model.optimizer.learning_rate))
 
 
 def halving(epoch):

@@ -101,7 +101,7 @@ def test_learning_rate_scheduler_and_model_optimizer_agree():
 
     class Record(mf.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            seen.append(self.model.optimizer.learning_rate)
+            seen.append(float(self.model.optimizer.learning_rate))
 
     model.fit(X, Y, epochs=2, verbose=0, callbacks=[
         mf.callbacks.LearningRateScheduler(lambda epoch: 0.5 ** (epoch + 1)), Record()])

@@ -107,13 +107,12 @@ class MirroredStrategy(DeviceMesh):
 
         Raises:
             TypeError: if a leaf is not an array or a number.
-            ValueError: if ``tree`` holds no array at all (``None``: e.g. the params of a
-                model that is not built yet).
+            ValueError: if ``tree`` is ``None`` (e.g. the params of a model that is not built
+                yet).
         """
-        if not jax.tree.leaves(tree):
+        if tree is None:
             raise ValueError(
-                "replicate needs a pytree of arrays; this one holds none (an unbuilt model's "
-                "params?). Build the model first: model.build(input_shape), or call it on a "
+                "replicate needs a pytree of arrays, not None (an unbuilt model's params?). Build the model first: model.build(input_shape), or call it on a "
                 f"batch. Received: tree={tree!r}")
         return jax.tree.map(Mirrored, self.replicate_arrays(unwrap_mirrored(tree)))
 

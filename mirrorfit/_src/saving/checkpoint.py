@@ -18,9 +18,11 @@ raises `CheckpointError` naming the version directory on any damage. A version w
 newer mirrorfit raises `NewerFormatError` instead: it is not damaged, and nothing may delete
 it. Loading never runs code: orbax reads tensorstore arrays and JSON.
 
-Writing fails with `CheckpointWriteError` (an ``OSError``) naming the caller's argument and
-the fix (a full disk, no permission, a file where the directory should be); the failed
-version's temporary files are removed and the previous versions stay as they were.
+`write_version` writes one version at a path the caller names instead (``mf.Checkpoint``'s
+``<prefix>-<n>``). Writing fails with `CheckpointWriteError` (an ``OSError``) naming the
+caller's argument and the fix (a full disk, no permission, a file where the directory should
+be); the failed version's temporary files are removed and the previous versions stay as they
+were.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from mirrorfit._src.saving.checkpoint_files import (
     VERSION_NAME,
     CheckpointWriteError,
     check_directory,
+    has_version_layout,
     is_partial,
     write_failure,
     written_by_mirrorfit,
@@ -173,6 +176,19 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
             disk, no permission). The new version's temporary files are removed; earlier
             versions are untouched.
     """
+    items, meta = _describe(tree, info)
+    shown = os.fspath(path)
+    root = Path(path).absolute()
+    check_directory(root, shown, argument)
+    if lock is None or not lock.held or lock.directory != root.resolve():
+        with DirectoryLock(path, argument):
+            return _write(root, shown, items, meta, keep, argument)
+    return _write(root, shown, items, meta, keep, argument)
+
+
+def _describe(tree: Any, info: Mapping[str, Any] | None
+              ) -> tuple[list[tuple[list[str], np.ndarray]], dict[str, Any]]:
+    """``tree`` 's leaves on the host with their paths, and the ``meta`` item describing them."""
     items = [(path_, np.asarray(leaf)) for path_, leaf in _segments(jax.device_get(tree))]
     if not items:
         raise ValueError("A checkpoint needs at least one array. Received: tree with no leaves")
@@ -183,13 +199,32 @@ def save(path: str | os.PathLike, tree: Any, info: Mapping[str, Any] | None = No
         "info": dict(info or {}),
     }
     meta["sha256"] = _meta_checksum(meta)
-    shown = os.fspath(path)
-    root = Path(path).absolute()
-    check_directory(root, shown, argument)
-    if lock is None or not lock.held or lock.directory != root.resolve():
-        with DirectoryLock(path, argument):
-            return _write(root, shown, items, meta, keep, argument)
-    return _write(root, shown, items, meta, keep, argument)
+    return items, meta
+
+
+def _write_orbax(target: Path, items: list[tuple[list[str], np.ndarray]],
+                 meta: dict[str, Any]) -> None:
+    with _checkpointer() as checkpointer:
+        checkpointer.save(target, args=ocp.args.Composite(
+            arrays=ocp.args.PyTreeSave(_nest(items)), meta=ocp.args.JsonSave(meta)))
+
+
+def _write_failed(err: Exception, target: Path | None, shown: str, argument: str,
+                  kept: str) -> CheckpointWriteError | None:
+    """The `CheckpointWriteError` for a failed write of ``target`` (its temporary files are
+    removed), or ``None`` when ``err`` is not a storage failure (the caller re-raises it)."""
+    failure = write_failure(err)
+    if failure is None:
+        return None
+    if target is not None and jax.process_index() == 0:
+        for partial in target.parent.glob(f"{target.name}{TMP_SUFFIX}*"):
+            shutil.rmtree(partial, ignore_errors=True)
+    what, fix, code = failure
+    return CheckpointWriteError(
+        code,
+        f"Could not write a checkpoint to {argument}={shown!r}: {what} "
+        f"({type(err).__name__}: {err}). {fix.format(argument=argument)} {kept} "
+        f"Received: {argument}={shown!r}")
 
 
 def _write(root: Path, shown: str, items: list[tuple[list[str], np.ndarray]],
@@ -205,29 +240,73 @@ def _write(root: Path, shown: str, items: list[tuple[list[str], np.ndarray]],
             number = _next_number(root)
         number = from_chief(number)
         target = root / f"ckpt-{number}"
-        with _checkpointer() as checkpointer:
-            checkpointer.save(target, args=ocp.args.Composite(
-                arrays=ocp.args.PyTreeSave(_nest(items)), meta=ocp.args.JsonSave(meta)))
+        _write_orbax(target, items, meta)
     except Exception as err:
-        failure = write_failure(err)
-        if failure is None:
-            raise
-        if chief and number:
-            for partial in root.glob(f"ckpt-{number}{TMP_SUFFIX}*"):
-                shutil.rmtree(partial, ignore_errors=True)
         previous = versions(root)
         kept = (f"The previous checkpoint {os.fspath(previous[0])!r} is intact." if previous
                 else "No earlier checkpoint was there.")
-        what, fix, code = failure
-        raise CheckpointWriteError(
-            code,
-            f"Could not write a checkpoint to {argument}={shown!r}: {what} "
-            f"({type(err).__name__}: {err}). {fix.format(argument=argument)} {kept} "
-            f"Received: {argument}={shown!r}") from err
+        failed = _write_failed(err, root / f"ckpt-{number}" if number else None, shown,
+                               argument, kept)
+        if failed is None:
+            raise
+        raise failed from err
     if chief:
         for old in versions(root)[keep:]:
             shutil.rmtree(old, ignore_errors=True)
     from_chief(number)  # nobody reads the directory while the chief still deletes
+    return target
+
+
+NOT_A_VERSION = (
+    "{argument} {path!r} exists and is not a mirrorfit checkpoint, so it is not replaced. "
+    "Choose a path that does not exist yet, or move it away. Received: {argument}={path!r}")
+"""Error for writing a version over a file or directory mirrorfit did not write."""
+
+
+def write_version(target: str | os.PathLike, tree: Any,
+                  info: Mapping[str, Any] | None = None, *, argument: str = "path") -> Path:
+    """Writes ``tree`` as exactly the version directory ``target``, as `save` writes one.
+
+    A version already at ``target`` is replaced (as ``tf.train.Checkpoint.write`` replaces
+    its files); its directory is locked during the write.
+
+    Args:
+        target: the version directory to write (its parent is created if missing).
+        tree: pytree of arrays (``jax.Array`` s are copied to the host first).
+        info: JSON-serializable metadata stored alongside.
+        argument: how the caller's user names ``target`` in error messages.
+
+    Returns:
+        ``target``, absolute.
+
+    Raises:
+        ValueError: if ``tree`` has no array leaves, or naming ``argument``, if ``target``
+            exists and is not a mirrorfit version (it is the user's).
+        DirectoryLockedError: naming ``argument``, if another writer holds the lock of
+            ``target`` 's directory; nothing is written.
+        CheckpointWriteError: naming ``argument`` and the fix, if the write fails (full
+            disk, no permission); the temporary files are removed.
+    """
+    items, meta = _describe(tree, info)
+    shown = os.fspath(target)
+    target = Path(target).absolute()
+    if target.exists() and not has_version_layout(target):
+        raise ValueError(NOT_A_VERSION.format(argument=argument, path=shown))
+    with DirectoryLock(target.parent, argument):
+        try:
+            if jax.process_index() == 0:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                for stale in target.parent.glob(f"{target.name}{TMP_SUFFIX}*"):
+                    shutil.rmtree(stale, ignore_errors=True)
+                if target.exists():
+                    shutil.rmtree(target)
+            from_chief(0)  # the others write once the chief has cleared the way
+            _write_orbax(target, items, meta)
+        except Exception as err:
+            failed = _write_failed(err, target, shown, argument, "Nothing else was changed.")
+            if failed is None:
+                raise
+            raise failed from err
     return target
 
 

@@ -27,16 +27,22 @@ class CheckpointWriteError(OSError):
     """Writing a checkpoint failed (full disk, no permission); earlier versions are intact."""
 
 
+def has_version_layout(path: str | os.PathLike) -> bool:
+    """Whether directory ``path`` holds what a mirrorfit save writes (orbax items, ``meta``),
+    whatever its name (``mf.Checkpoint.write`` chooses any name)."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    names = {p.name for p in path.iterdir()}
+    return "meta" in names and names <= _LAYOUT
+
+
 def written_by_mirrorfit(version: str | os.PathLike) -> bool:
     """Whether ``version`` has the layout `save` writes (``ckpt-<n>`` with orbax items).
 
     Only such a directory may be deleted as damaged: anything else may be the user's.
     """
-    version = Path(version)
-    if not (VERSION_NAME.fullmatch(version.name) and version.is_dir()):
-        return False
-    names = {p.name for p in version.iterdir()}
-    return "meta" in names and names <= _LAYOUT
+    return bool(VERSION_NAME.fullmatch(Path(version).name)) and has_version_layout(version)
 
 
 def is_partial(entry: Path) -> bool:

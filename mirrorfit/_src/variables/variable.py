@@ -168,6 +168,10 @@ class Variable:
         return self.assign(self.value - jnp.asarray(value, self.dtype))
 
     # -- acting as the array -----------------------------------------------------------
+    # NumPy defers ``np_array @ v`` (and +, *, ...) to the Variable's reflected operator
+    # instead of converting it with __array__, which fails while its value is traced.
+    __array_priority__ = 100
+
     def __jax_array__(self) -> jax.Array:
         return self.value
 
@@ -186,6 +190,20 @@ class Variable:
 
     def __bool__(self) -> bool:
         return bool(self.value)
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        """``round(v, n)``: a Python number for a scalar (as ``round(float(v), n)``), else the
+        rounded array."""
+        if self.ndim == 0:
+            return round(self.value.item(), ndigits)
+        return jnp.round(self.value, ndigits or 0)
+
+    def __format__(self, spec: str) -> str:
+        """``f"{v:.3f}"`` formats a scalar's value as a Python number; ``f"{v}"`` is
+        ``str(v)``."""
+        if not spec:
+            return str(self)
+        return format(self.value.item() if self.ndim == 0 else np.asarray(self), spec)
 
     def astype(self, dtype: Any) -> jax.Array:
         return self.value.astype(dtype)
