@@ -89,7 +89,10 @@ class Variable:
         if shape is not None and tuple(value.shape) != tuple(shape):
             raise ValueError(f"Variable {name!r}: the initial value has shape {value.shape}, "
                              f"not shape={tuple(shape)}")
-        self._value = value if _is_traced(value) else placement.place(value)
+        if not _is_traced(value):
+            with jax.ensure_compile_time_eval():  # created while tracing: still concrete
+                value = placement.place(value)
+        self._value = value
         self.name = name or "variable"
         self.path = self.name
         self.trainable = bool(trainable)
