@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.trainers import object_step
-from mirrorfit._src.variables import call_context
+from mirrorfit import ops
 from tests.helpers import mirrored_strategy, tree_allclose
 
 L = mf.layers
@@ -19,12 +18,6 @@ RNG = np.random.default_rng(0)
 # 27 rows in global batches of 16: the last batch (11 rows) is padded on 8 replicas.
 X = RNG.normal(size=(27, 4)).astype(np.float32)
 Y = RNG.normal(size=(27, 3)).astype(np.float32)
-# mf.value_and_grad and Variable-backed metrics (update_state inside a step) come from the
-# custom-loop work (branch i28-loops); these tests run once it is merged.
-needs_stateful_metrics = pytest.mark.skipif(
-    not hasattr(mf, "value_and_grad"),
-    reason="needs mf.value_and_grad and Variable-backed metrics (i28-loops)")
-value_and_grad = getattr(mf, "value_and_grad", object_step.value_and_grad)
 
 
 class Regressor(mf.Model):
@@ -64,7 +57,6 @@ def _regressor(replicas, **compile_kwargs):
     return model
 
 
-@needs_stateful_metrics
 def test_custom_train_step_trains_to_the_same_weights_on_1_and_8_replicas():
     runs = {}
     for replicas in (1, 8):
@@ -78,7 +70,6 @@ def test_custom_train_step_trains_to_the_same_weights_on_1_and_8_replicas():
     assert runs[8][1]["loss"][-1] < runs[8][1]["loss"][0]
 
 
-@needs_stateful_metrics
 def test_trackers_reset_each_epoch_and_history_is_their_numpy_epoch_means():
     class Frozen(Regressor):  # learning rate 0: the per-batch losses are NumPy's below
         def __init__(self, **kwargs):
@@ -118,7 +109,6 @@ class _Interrupt(mf.callbacks.Callback):
 
 
 @pytest.mark.slow
-@needs_stateful_metrics
 def test_trackers_resume_step_exactly_with_backup_and_restore(tmp_path):
     whole = _regressor(2)
     expected = whole.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0)
@@ -136,7 +126,6 @@ def test_trackers_resume_step_exactly_with_backup_and_restore(tmp_path):
     tree_allclose(resumed.get_weights(), whole.get_weights(), rtol=0)
 
 
-@needs_stateful_metrics
 def test_keras_test_step_feeds_evaluate_and_validation():
     class WithTestStep(Regressor):
         def __init__(self, **kwargs):
@@ -160,7 +149,6 @@ def test_keras_test_step_feeds_evaluate_and_validation():
     assert history.history["val_abs_error"][-1] == pytest.approx(logs["abs_error"], rel=1e-6)
 
 
-@needs_stateful_metrics
 def test_super_train_step_updates_the_loss_tracker_and_compiled_metrics():
     class Extra(mf.Model):
         def __init__(self, **kwargs):
@@ -193,10 +181,16 @@ def test_super_train_step_updates_the_loss_tracker_and_compiled_metrics():
 class Sampling(L.Layer):
     """Uses (z_mean, z_log_var) to sample z, the vector encoding a digit."""
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seed_generator = mf.random.SeedGenerator(1337)
+
     def call(self, inputs):
         z_mean, z_log_var = inputs
-        epsilon = jax.random.normal(call_context.next_rng(), z_mean.shape)
-        return z_mean + jnp.exp(0.5 * z_log_var) * epsilon
+        batch = ops.shape(z_mean)[0]
+        dim = ops.shape(z_mean)[1]
+        epsilon = mf.random.normal(shape=(batch, dim), seed=self.seed_generator)
+        return z_mean + ops.exp(0.5 * z_log_var) * epsilon
 
 
 class VAE(mf.Model):
@@ -220,10 +214,14 @@ class VAE(mf.Model):
         def forward():  # the one changed line: the tape block becomes a function
             z_mean, z_log_var, z = self.encoder(data)
             reconstruction = self.decoder(z)
-            reconstruction_loss = jnp.mean(
-                jnp.sum(mf.losses.binary_crossentropy(data, reconstruction), axis=(1, 2)))
-            kl_loss = -0.5 * (1 + z_log_var - jnp.square(z_mean) - jnp.exp(z_log_var))
-            kl_loss = jnp.mean(jnp.sum(kl_loss, axis=1))
+            reconstruction_loss = ops.mean(
+                ops.sum(
+                    mf.losses.binary_crossentropy(data, reconstruction),
+                    axis=(1, 2),
+                )
+            )
+            kl_loss = -0.5 * (1 + z_log_var - ops.square(z_mean) - ops.exp(z_log_var))
+            kl_loss = ops.mean(ops.sum(kl_loss, axis=1))
             total_loss = reconstruction_loss + kl_loss
             return total_loss, (reconstruction_loss, kl_loss)
 
@@ -262,7 +260,6 @@ def _reconstruction_error(encoder, decoder, digits):
                           + (1 - digits) * np.log(1 - reconstruction)))
 
 
-@needs_stateful_metrics
 def test_vae_example_trains_and_its_encoder_and_decoder_have_the_trained_weights():
     latent_dim = 2
     with mirrored_strategy(2).scope():
@@ -315,8 +312,8 @@ class Distiller(mf.Model):
         teacher_pred = self.teacher(x, training=False)
         student_loss = self.student_loss_fn(y, y_pred)
         distillation_loss = self.distillation_loss_fn(
-            jax.nn.softmax(teacher_pred / self.temperature, axis=1),
-            jax.nn.softmax(y_pred / self.temperature, axis=1),
+            ops.softmax(teacher_pred / self.temperature, axis=1),
+            ops.softmax(y_pred / self.temperature, axis=1),
         ) * (self.temperature**2)
         loss = self.alpha * student_loss + (1 - self.alpha) * distillation_loss
         return loss
@@ -398,8 +395,8 @@ def test_fit_without_targets_needs_a_loss_of_the_model_own():
 
     class OwnLoss(Regressor):  # a train_step needs no y: fit(x) passes data = x
         def train_step(self, data):
-            loss, grads = value_and_grad(lambda: jnp.mean(self(data) ** 2),
-                                         self.trainable_variables)()
+            loss, grads = mf.value_and_grad(lambda: jnp.mean(self(data) ** 2),
+                                            self.trainable_variables)()
             self.optimizer.apply(grads)
             return {"loss": loss}
 

@@ -55,9 +55,10 @@ from mirrorfit._src.distribute.run import compile_per_replica
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.trainers import statistics as stats_lib
-from mirrorfit._src.trainers.object_step import ObjectStep, current_step, value_and_grad
+from mirrorfit._src.trainers.object_step import ObjectStep, current_step
 from mirrorfit._src.trainers.state import TrainState, step_rng
 from mirrorfit._src.trainers.step_family import StepConfig, skip_filler
+from mirrorfit._src.variables.autodiff import value_and_grad
 from mirrorfit._src.variables.variable import Variable
 
 KERAS, PURE = "keras", "pure"
@@ -136,9 +137,8 @@ def masked_context(mask: jax.Array) -> Iterator[None]:
     all-reduces with ``MEAN`` (its ``gradient_reduce_op``): a Keras-style step's loss is a
     per-replica mean, as ``model.optimizer.apply`` assumes."""
     outer = get_replica_context()
-    context = ReplicaContext(outer.num_replicas_in_sync, mask, in_run=True)
-    context.gradient_reduce_op = ReduceOp.MEAN  # type: ignore[attr-defined]
-    with replica_context(context):
+    with replica_context(ReplicaContext(outer.num_replicas_in_sync, mask, in_run=True,
+                                        gradient_reduce_op=ReduceOp.MEAN)):
         yield
 
 

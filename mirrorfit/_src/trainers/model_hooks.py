@@ -56,7 +56,7 @@ from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers import keras_steps
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.keras_steps import KERAS, PURE, hook_form, masked_context
-from mirrorfit._src.trainers.object_step import ObjectStep, value_and_grad
+from mirrorfit._src.trainers.object_step import ObjectStep
 from mirrorfit._src.trainers.state import TrainState, step_rng
 from mirrorfit._src.trainers.step_family import (
     StepConfig,
@@ -65,6 +65,7 @@ from mirrorfit._src.trainers.step_family import (
     skip_filler,
 )
 from mirrorfit._src.trainers.steps import BUILTIN
+from mirrorfit._src.variables.autodiff import value_and_grad
 
 _HOOKS = ("compute_loss", "train_step", "test_step")
 

@@ -288,30 +288,3 @@ class ObjectStep:
         new_values = [scope.get_current_value(v) for v in trainable]
         new_state, self.opt_state = jax.tree.leaves(self.opt_state), saved
         return new_values, new_state
-
-
-def value_and_grad(fn: Callable[..., Any], variables: Sequence[Variable], *,
-                   has_aux: bool = False) -> Callable[..., tuple[Any, list[Any]]]:
-    """``fn`` 's value and its gradient with respect to ``variables`` (traced in a scope).
-
-    The replacement of ``tf.GradientTape`` inside a ``train_step``; assignments ``fn`` makes
-    to other variables are made again after it, in the enclosing scope.
-    """
-    def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, list[Any]]:
-        targets = list(variables)
-        assigned: list[Variable] = []
-
-        def pure(values):
-            with StatelessScope(zip(targets, values)) as scope:
-                out = fn(*args, **kwargs)
-            loss, aux = out if has_aux else (out, None)
-            assigned[:] = [variable for variable, _ in scope.updates]
-            return loss, (aux, [value for _, value in scope.updates])
-
-        (loss, (aux, new_values)), grads = jax.value_and_grad(pure, has_aux=True)(
-            [v.value for v in targets])
-        for variable, value in zip(assigned, new_values):
-            variable.assign(value)
-        return ((loss, aux) if has_aux else loss), list(grads)
-
-    return wrapped
