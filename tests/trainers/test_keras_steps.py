@@ -4,7 +4,6 @@
 signatures, ``self.optimizer.apply``, metric trackers, and keras-io examples ported by
 renaming (the gradient is the one changed line: ``mf.value_and_grad``)."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
