@@ -385,6 +385,13 @@ def test_keras_jax_stateless_train_step_is_refused_at_compile_with_the_rename():
         model.compile("sgd", "mse")
 
 
+def test_gradient_tape_error_shows_the_train_step_form():
+    with pytest.raises(NotImplementedError, match=r"(?s)train_step\(self, data\).*"
+                       r"mf.value_and_grad\(\s*forward, self.trainable_variables, "
+                       r"has_aux=True\)\(\).*self.optimizer.apply\(grads\)"):
+        mf.GradientTape()
+
+
 def test_fit_without_targets_needs_a_loss_of_the_model_own():
     with mirrored_strategy(1).scope():
         plain = mf.Sequential([L.Dense(3)], input_shape=(4,))
