@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 from mirrorfit._src.optimizers.learning_rate import get_learning_rate, set_learning_rate
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.trainers.object_step import OUTSIDE_STEP, ObjectStep, current_step
 from mirrorfit._src.trainers.state import UNBUILT_MODEL
 from mirrorfit._src.variables.variable import Variable
@@ -208,6 +209,15 @@ class OptimizerHandle:
         """
         return _running_step("stateless_apply").stateless_apply(optimizer_variables, grads,
                                                         trainable_variables)
+
+    def scale_loss(self, loss: jax.Array) -> jax.Array:
+        """``loss`` times the loss scale inside ``fit``'s step under ``"mixed_float16"`` (a
+        `LossScaleOptimizer`, whose ``apply`` divides the gradients by it), else ``loss``, as
+        Keras 3's ``optimizer.scale_loss``: differentiate the scaled loss."""
+        step = current_step()
+        if step is None or not isinstance(self.transformation, LossScaleOptimizer):
+            return loss
+        return self.transformation.scale_loss(loss, step.opt_state)
 
     @property
     def variables(self) -> list[jax.Array]:

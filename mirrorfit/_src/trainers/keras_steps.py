@@ -331,10 +331,11 @@ def default_train_step(model: Any, data: Any) -> dict[str, Any]:
     def forward():
         y_pred = model(x, training=True)
         loss = call_compute_loss(model, x, y, y_pred, sample_weight, training=True)
-        return jnp.asarray(loss, jnp.float32), y_pred
+        loss = jnp.asarray(loss, jnp.float32)
+        return model.optimizer.scale_loss(loss), (loss, y_pred)
 
-    (loss, y_pred), grads = value_and_grad(forward, model.trainable_variables,
-                                           has_aux=True)()
+    (_, (loss, y_pred)), grads = value_and_grad(forward, model.trainable_variables,
+                                                has_aux=True)()
     model.optimizer.apply(grads)
     return _update_metrics(model, loss, x, y, y_pred, sample_weight)
 

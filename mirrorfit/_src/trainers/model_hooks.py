@@ -366,13 +366,14 @@ def _object_step(model, state: TrainState, batch: Batch, training: bool):
             y_pred = model(batch.x, training=training)
             loss = keras_steps.call_compute_loss(model, batch.x, batch.y, y_pred,
                                                  batch.sample_weight, training)
-            return jnp.asarray(loss, jnp.float32), y_pred
+            loss = jnp.asarray(loss, jnp.float32)
+            return model.optimizer.scale_loss(loss), (loss, y_pred)
 
         if not training:
-            loss, y_pred = forward()
+            _, (loss, y_pred) = forward()
             return None, loss, y_pred
-        (loss, y_pred), grads = value_and_grad(forward, model.trainable_variables,
-                                               has_aux=True)()
+        (_, (loss, y_pred)), grads = value_and_grad(forward, model.trainable_variables,
+                                                    has_aux=True)()
         step.apply(grads, None)
     return step.new_state(), loss, y_pred
 

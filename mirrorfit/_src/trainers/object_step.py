@@ -150,7 +150,7 @@ class ObjectStep:
         self.tracker_source = tracker_source
         self.refs = model_refs(model, state)
         self.trackers = list(trackers)
-        self.opt_state = state.opt_state
+        self.opt_state: Any = state.opt_state  # the optax state, updated by `apply`
         self.step = state.step
         self._state = state
         self._optimizer = optimizer
