@@ -425,6 +425,31 @@ def test_predict_step_override_changes_what_predict_returns():
     np.testing.assert_array_equal(labels, np.argmax(logits, axis=-1))
 
 
+def test_stateless_apply_inside_a_step_gives_what_apply_assigns():
+    class Checked(Regressor):
+        def train_step(self, data):
+            x, y = data
+            loss, grads = mf.value_and_grad(
+                lambda: self.compute_loss(y=y, y_pred=self(x, training=True)),
+                self.trainable_variables)()
+            values = [v.value for v in self.trainable_variables]
+            new_values, new_state = self.optimizer.stateless_apply(
+                self.optimizer.variables, grads, values)
+            self.optimizer.apply(grads)
+            gap = sum(jnp.max(jnp.abs(v.value - n)) for v, n in
+                      zip(self.trainable_variables, new_values))
+            state_gap = sum(jnp.max(jnp.abs(a - b)) for a, b in
+                            zip(self.optimizer.variables, new_state))
+            return {"loss": loss, "gap": gap, "state_gap": state_gap}
+
+    with mirrored_strategy(2).scope():
+        model = Checked(seed=1)
+        model.compile(mf.optimizers.Adam(0.1), "mse")
+    history = model.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert history.history["gap"] == [0.0, 0.0]
+    assert history.history["state_gap"] == [0.0, 0.0]
+
+
 def test_optimizer_apply_outside_a_train_step_says_where_it_works():
     model = _regressor(1)
     with pytest.raises(RuntimeError, match="inside fit's compiled step"):
