@@ -148,7 +148,8 @@ def test_keras_test_step_feeds_evaluate_and_validation():
     assert history.history["val_abs_error"][-1] == pytest.approx(logs["abs_error"], rel=1e-6)
 
 
-def test_super_train_step_updates_the_loss_tracker_and_compiled_metrics():
+@pytest.mark.parametrize("batch_size", [16, 8])  # 8: one row per replica on 8 replicas
+def test_super_train_step_updates_the_loss_tracker_and_compiled_metrics(batch_size):
     class Extra(mf.Model):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
@@ -165,7 +166,7 @@ def test_super_train_step_updates_the_loss_tracker_and_compiled_metrics():
         with mirrored_strategy(replicas).scope():
             model = Extra(seed=5)
             model.compile(mf.optimizers.SGD(0.0), "mse", metrics=["mae"])
-        histories.append(model.fit(X, Y, batch_size=16, epochs=1, shuffle=False,
+        histories.append(model.fit(X, Y, batch_size=batch_size, epochs=1, shuffle=False,
                                    verbose=0).history)
     y_pred = np.asarray(model.predict(X, verbose=0))
     assert list(histories[1]) == ["loss", "mae", "extra"]
