@@ -47,6 +47,7 @@ class ModelCalls:
     evaluate: Callable[..., Any]
     _adapter_for: Callable[..., Any]
     _require_compiled: Callable[[str], None]
+    _own_loss: Callable[[str], bool]  # whether the model's hooks need no targets
     # Owned by `ModelHooks`: model(x) records the losses it sowed there.
     _sown: list[Any] | None
 
@@ -206,7 +207,8 @@ class ModelCalls:
             TypeError: for a ``class_weight`` that is not ``{int: float}``.
         """
         self._require_compiled("train_on_batch")
-        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"), class_weight=class_weight)
+        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"), class_weight=class_weight,
+                                 with_targets=y is not None or not self._own_loss("train_step"))
         return _format(self._trainer.train_on_batch(self, data), return_dict)
 
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
