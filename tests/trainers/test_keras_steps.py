@@ -48,18 +48,31 @@ class Regressor(mf.Model):
         return {m.name: m.result() for m in self.metrics}
 
 
-def _regressor(replicas, **compile_kwargs):
+class FunctionalRegressor(mf.Model):
+    """The same step on a functional model, as Keras' guide builds it: ``Model(inputs,
+    outputs)``."""
+
+    train_step = Regressor.train_step
+
+
+def _regressor(replicas, kind="subclassed", **compile_kwargs):
     with mirrored_strategy(replicas).scope():
-        model = Regressor(seed=4)
+        if kind == "subclassed":
+            model = Regressor(seed=4)
+        else:
+            inputs = mf.Input(shape=(4,))
+            outputs = L.Dense(3)(L.Dense(8, activation="tanh")(inputs))
+            model = FunctionalRegressor(inputs, outputs, seed=4)
         model.compile(**{"optimizer": mf.optimizers.SGD(0.1), "loss": "mse",
                          "metrics": ["mae"], **compile_kwargs})
     return model
 
 
-def test_custom_train_step_trains_to_the_same_weights_on_1_and_8_replicas():
+@pytest.mark.parametrize("kind", ["subclassed", "functional"])
+def test_custom_train_step_trains_to_the_same_weights_on_1_and_8_replicas(kind):
     runs = {}
     for replicas in (1, 8):
-        model = _regressor(replicas)
+        model = _regressor(replicas, kind)
         history = model.fit(X, Y, batch_size=16, epochs=3, shuffle=False, verbose=0)
         runs[replicas] = model.get_weights(), history.history
     tree_allclose(runs[8][0], runs[1][0], rtol=1e-5, atol=1e-6)
