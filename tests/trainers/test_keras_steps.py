@@ -509,3 +509,23 @@ def test_assigning_a_variable_the_step_does_not_carry_raises_instead_of_losing_i
         model.compile("sgd")
     with pytest.raises(ValueError, match=r"would be lost .* Received: assignments to \['outside'\]"):
         model.fit(X, Y, epochs=1, verbose=0)
+
+
+def test_batchnorm_moving_mean_in_a_keras_step_is_averaged_over_replicas():
+    class Normalized(Regressor):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.norm = L.BatchNormalization(momentum=0.5)
+
+        def call(self, x, training=False):
+            return self.out(self.norm(x, training=training))
+
+    with mirrored_strategy(8).scope():
+        model = Normalized(seed=1)
+        model.compile(mf.optimizers.SGD(0.1), "mse", metrics=["mae"])
+    shifted = X[:16] * 3 + 5  # each replica's 2 rows have their own mean
+    model.fit(shifted, Y[:16], batch_size=16, epochs=1, verbose=0)
+    # One step from 0 with momentum 0.5: the mean of the replicas' batch means, that is
+    # the global batch's (equal shards).
+    moving_mean, = (v for v in model.non_trainable_variables if v.path.endswith("moving_mean"))
+    np.testing.assert_allclose(moving_mean.numpy(), 0.5 * shifted.mean(0), rtol=1e-5)

@@ -29,10 +29,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import traverse_util
-from jax import lax
 
-from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.distribute.replica_context import get_replica_context
+from mirrorfit._src.distribute.run import aggregate
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.objects import NON_TRAINABLE
 from mirrorfit._src.trainers.state import TrainState
@@ -82,32 +81,13 @@ def _leaf(tree: Any, key: tuple[str, ...]) -> Any:
 
 
 def _with_leaves(tree: Any, leaves: dict[tuple[str, ...], Any]) -> Any:
+    """``tree`` (nested dicts) with the leaves at the given paths replaced; its structure,
+    empty collections included, is kept (the step's carry must not change)."""
     if not leaves:
         return tree
-    flat = traverse_util.flatten_dict(tree)
+    flat = traverse_util.flatten_dict(tree, keep_empty_nodes=True)
     flat.update(leaves)
     return traverse_util.unflatten_dict(flat)
-
-
-def aggregate(variable: Variable, old: Any, new: Any) -> Any:
-    """``new`` combined across the replicas by ``variable.aggregation`` (Keras' and
-    tf.distribute's meanings): "none" keeps it (the replicas agree), "mean" averages,
-    "sum" adds the replicas' changes to ``old``, "only_first_replica" takes replica 0's.
-
-    Args:
-        variable: the assigned variable.
-        old: its value before the assignment (the same on every replica).
-        new: this replica's new value.
-    """
-    how = variable.aggregation
-    if how == "mean":
-        return (lax.psum(new, BATCH_AXIS) / lax.psum(1, BATCH_AXIS)).astype(new.dtype)
-    if how == "sum":
-        return old + lax.psum(new - old, BATCH_AXIS)
-    if how == "only_first_replica":
-        first = lax.axis_index(BATCH_AXIS) == 0
-        return lax.psum(jnp.where(first, new, jnp.zeros_like(new)), BATCH_AXIS)
-    return new
 
 
 class StepScope(StatelessScope):
