@@ -113,9 +113,23 @@ def pack_data(batch: Batch, weighted: bool) -> Any:
     return batch.x, batch.y
 
 
-def unpack_data(data: Any) -> tuple[Any, Any, Any]:
-    """``(x, y, sample_weight)`` of a hook's ``data``, as Keras'
-    ``unpack_x_y_sample_weight`` (missing parts are ``None``)."""
+def unpack_x_y_sample_weight(data: Any) -> tuple[Any, Any, Any]:
+    """``(x, y, sample_weight)`` of a ``train_step``'s ``data``, as
+    ``keras.utils.unpack_x_y_sample_weight``.
+
+    Args:
+        data: ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` (a list works too).
+
+    Returns:
+        The three parts; the missing ones are ``None``.
+
+    Raises:
+        ValueError: for a tuple of more than three items.
+
+    Example:
+        >>> mf.utils.unpack_x_y_sample_weight((1.0, 2.0))
+        (1.0, 2.0, None)
+    """
     if isinstance(data, list):
         data = tuple(data)
     if not isinstance(data, tuple):
@@ -326,7 +340,7 @@ def default_train_step(model: Any, data: Any) -> dict[str, Any]:
         RuntimeError: outside ``fit``'s step.
     """
     _require_step("train_step(data)")
-    x, y, sample_weight = unpack_data(data)
+    x, y, sample_weight = unpack_x_y_sample_weight(data)
 
     def forward():
         y_pred = model(x, training=True)
@@ -347,7 +361,7 @@ def default_test_step(model: Any, data: Any) -> dict[str, Any]:
         RuntimeError: outside ``evaluate``'s step.
     """
     _require_step("test_step(data)")
-    x, y, sample_weight = unpack_data(data)
+    x, y, sample_weight = unpack_x_y_sample_weight(data)
     y_pred = model(x, training=False)
     loss = call_compute_loss(model, x, y, y_pred, sample_weight, training=False)
     return _update_metrics(model, jnp.asarray(loss, jnp.float32), x, y, y_pred, sample_weight)

@@ -187,7 +187,7 @@ class ModelHooks:
         """This replica's outputs for ``data`` (``x`` or ``(x,)``), as Keras 3's
         ``predict_step``: ``self(x, training=False)``; override it to change what
         ``predict`` returns (rows ``[per_replica_batch, ...]``, padding dropped after)."""
-        x, _, _ = keras_steps.unpack_data(data)
+        x, _, _ = keras_steps.unpack_x_y_sample_weight(data)
         return self(x, training=False)
 
 
