@@ -10,7 +10,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import ops
-from tests.helpers import mirrored_strategy, tree_allclose
+from tests.helpers import count_step_compiles, mirrored_strategy, tree_allclose
 
 L = mf.layers
 RNG = np.random.default_rng(0)
@@ -73,7 +73,9 @@ def test_custom_train_step_trains_to_the_same_weights_on_1_and_8_replicas(kind):
     runs = {}
     for replicas in (1, 8):
         model = _regressor(replicas, kind)
-        history = model.fit(X, Y, batch_size=16, epochs=3, shuffle=False, verbose=0)
+        with count_step_compiles() as compiles:
+            history = model.fit(X, Y, batch_size=16, epochs=3, shuffle=False, verbose=0)
+        assert compiles == [1]  # one compile per fit: every step and epoch reuses it
         runs[replicas] = model.get_weights(), history.history
     tree_allclose(runs[8][0], runs[1][0], rtol=1e-5, atol=1e-6)
     for key in ("loss", "mae"):  # trackers: per-step running results, the same globally
