@@ -87,9 +87,10 @@ class ModelHooks:
     def params(self) -> Any:
         """The Flax ``"params"`` pytree (mirrored ``jax.Array`` s).
 
-        Inside ``compute_loss`` it is the params being differentiated (traced), as Keras'
-        ``trainable_variables`` in a stateless scope, so a penalty of ``self.params`` there
-        gets its gradient.
+        Inside a Flax-module model's ``compute_loss`` it is the params being differentiated
+        (traced), as Keras' ``trainable_variables`` in a stateless scope, so a penalty of
+        ``self.params`` there gets its gradient (a subclassed model's variables read the
+        traced values there themselves).
         """
         if self._traced_params is not None:
             return self._traced_params
