@@ -178,3 +178,18 @@ def test_summary_of_a_subclassed_model_lists_its_layers():
     for row in ("dense (Dense)", "dense_1 (Dense)", "dense_2 (Dense)"):
         assert row in text
     assert f"Total params: {sum(w.size for w in model.get_weights()):,}" in text
+
+
+def test_freezing_a_layer_takes_effect_at_the_next_compile():
+    model, _ = _fit_mlp(2)
+    model.hidden[0].trainable = False
+    frozen = model.hidden[0].weights[0].numpy().copy()
+    assert "0" in jax.device_get(model.params)["hidden"]  # still trained until recompiled
+    model.compile(mf.optimizers.SGD(0.1),
+                  mf.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert "0" not in jax.device_get(model.params)["hidden"]
+    assert [w.shape for w in model.non_trainable_weights] == [(4, 8), (8,)]
+    head = model.head.weights[0].numpy().copy()
+    model.fit(X, Y, batch_size=16, epochs=1, verbose=0)
+    np.testing.assert_array_equal(model.hidden[0].weights[0].numpy(), frozen)
+    assert not np.allclose(model.head.weights[0].numpy(), head)
