@@ -193,3 +193,28 @@ def test_freezing_a_layer_takes_effect_at_the_next_compile():
     model.fit(X, Y, batch_size=16, epochs=1, verbose=0)
     np.testing.assert_array_equal(model.hidden[0].weights[0].numpy(), frozen)
     assert not np.allclose(model.head.weights[0].numpy(), head)
+
+
+class NonNegative(mf.layers.Layer):
+    """A layer whose kernel is constrained to be >= 0 after every update."""
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 1), name="kernel",
+                                      initializer="ones",
+                                      constraint=lambda w: jnp.maximum(w, 0.0))
+
+    def call(self, inputs):
+        return inputs @ self.kernel
+
+
+def test_weight_constraints_apply_after_every_fit_update():
+    with mirrored_strategy(2).scope():
+        inputs = L.Input((4,))
+        layer = NonNegative()
+        model = mf.Model(inputs, layer(inputs))
+        model.compile(mf.optimizers.SGD(1.0), "mse")
+    # The target pulls every weight negative; unconstrained SGD would get there in one step.
+    model.fit(X, -10.0 * np.abs(X).sum(axis=1, keepdims=True), batch_size=8, epochs=1,
+              verbose=0)
+    kernel = layer.weights[0].numpy()
+    assert (kernel >= 0).all() and (kernel == 0).any()
