@@ -395,9 +395,11 @@ def _update(model, state: TrainState, batch: Batch):
     (loss, (y_pred, model_state)), grads = jax.value_and_grad(
         lambda params: _forward(model, params, state, batch, True), has_aux=True)(state.params)
     grads = context.all_reduce(ReduceOp.MEAN, grads) if jax.tree.leaves(grads) else grads
-    tx = model.trainer.config.optimizer
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    new_state = state._replace(params=optax.apply_updates(state.params, updates),
+    config = model.trainer.config
+    updates, opt_state = config.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new_state = state._replace(params=params if config.constrain is None
+                               else config.constrain(params),
                                model_state=mean_non_param_collections(model_state),
                                opt_state=opt_state)
     return new_state, loss, y_pred
