@@ -218,3 +218,33 @@ def test_weight_constraints_apply_after_every_fit_update():
               verbose=0)
     kernel = layer.weights[0].numpy()
     assert (kernel >= 0).all() and (kernel == 0).any()
+
+
+def test_callbacks_read_the_current_weights_of_layers_and_inner_models_during_fit():
+    with mirrored_strategy(2).scope():
+        inputs = L.Input((4,))
+        encoder = mf.Model(inputs, L.Dense(2, name="code")(inputs))
+
+        class AutoEncoder(mf.Model):
+            def __init__(self, encoder, **kwargs):
+                super().__init__(**kwargs)
+                self.encoder = encoder
+                self.decoder = L.Dense(4)
+
+            def call(self, x):
+                return self.decoder(self.encoder(x))
+
+        model = AutoEncoder(encoder)
+        model.compile(mf.optimizers.SGD(0.1), "mse")
+    seen = []
+
+    class Peek(mf.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):  # the fit donates its state's buffers
+            seen.append((model.decoder.weights[0].numpy(), encoder.predict(X, verbose=0)))
+
+    for _ in range(2):  # the second fit starts from the variables the first one wrote
+        model.fit(X, X, batch_size=8, epochs=2, verbose=0, callbacks=[Peek()])
+    kernels = [kernel for kernel, _ in seen]
+    assert all(not np.allclose(a, b) for a, b in zip(kernels, kernels[1:]))
+    np.testing.assert_array_equal(kernels[-1], model.decoder.weights[0].numpy())
+    np.testing.assert_allclose(seen[-1][1], encoder.predict(X, verbose=0), rtol=1e-6)

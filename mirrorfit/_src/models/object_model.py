@@ -128,6 +128,7 @@ class ObjectModel:
             nested = self.is_subclassed  # a LayerNode keys its variables by "a/b" strings
             values = {prefix + (path if nested else ("/".join(path),)): v.value
                       for path, v in pairs}
+            values = _copied(values)  # the state is donated by fit; the variables keep theirs
             rest = dict(state.model_state)
             params = _refreshed(state.params, values)
             if NON_TRAINABLE in rest:
@@ -143,7 +144,7 @@ class ObjectModel:
         state = self.__dict__.get("_mf_state")
         if state is None or not self.is_subclassed:
             return
-        params, model_state = variable_trees(self)
+        params, model_state = _copied(variable_trees(self))
         self.state = state._replace(**self.strategy.replicate_arrays(
             {"params": params, "model_state": model_state}))
         _remember(self, tracking.walk(self))
@@ -154,14 +155,16 @@ class ObjectModel:
         state = self.__dict__.get("_mf_state")
         if state is None:
             return
+        # Copies: fit donates the state's buffers, which the variables must not share.
+        params, model_state = _copied((state.params, state.model_state))
         if self.is_subclassed:
-            for target, value in variable_pairs(self, state.params, state.model_state):
+            for target, value in variable_pairs(self, params, model_state):
                 target._value = value
             _remember(self, tracking.walk(self))
             return
         for name, layer in self._object_nodes():
-            rest = state.model_state.get(NON_TRAINABLE, {})
-            flax_bridge.write_back(layer, state.params.get(name), rest.get(name))
+            rest = model_state.get(NON_TRAINABLE, {})
+            flax_bridge.write_back(layer, params.get(name), rest.get(name))
             _remember(self, tracking.walk(layer))
 
     # -- calls inside other objects' passes ----------------------------------------------
@@ -218,6 +221,12 @@ def tree_leaf(tree: Any, key: tuple[str, ...]) -> Any:
     for part in key:
         tree = tree[part]
     return tree
+
+
+def _copied(tree: Any) -> Any:
+    """New buffers for every array of ``tree``: a model's state and its variables never
+    share one, since ``fit`` donates the state's buffers to each step."""
+    return jax.tree.map(jnp.copy, tree)
 
 
 def _refreshed(tree: Any, values: dict[tuple[str, ...], Any]) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import traverse_util
 
 from mirrorfit._src.modules.adapters import ModuleAdapter, call_inputs
@@ -73,7 +74,8 @@ class ObjectAdapter(ModuleAdapter):
         with call_context.init_seed(self._seed), StatelessScope():
             self._call(*call_inputs(x), training=False)
         self.module._clear_losses()
-        return variable_trees(self.module)
+        # Copies: fit donates the state's buffers, which the variables must keep.
+        return jax.tree.map(jnp.copy, variable_trees(self.module))
 
     def apply_with_losses(self, params, model_state, x, *, train, rng):
         pairs = variable_pairs(self.module, params, model_state)

@@ -28,6 +28,14 @@ from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.utils.checks import positive_int, verbosity
 
 
+class VariableSync(Callback):
+    """Writes the trained state into the model's variables at each epoch end, before the
+    user's callbacks run, so they read the current weights (e.g. ``self.model.generator``)."""
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.model._push()
+
+
 class TrainingAPI:
     """Keras' ``compile``/``fit``/``evaluate``/``predict``; mixed into `Model`."""
 
@@ -38,6 +46,7 @@ class TrainingAPI:
     _adapter: ModuleAdapter  # the module's forward pass, for the steps' config
     _push: Callable[[], None]  # writes the trained state into the model's variables
     _resplit: Callable[[], None]  # splits a subclassed model's state by trainable flags
+    _object_nodes: Callable[[], list[Any]]  # the Keras-style layers of a functional graph
     module: Any  # the Flax module, whose frozen layers compile reads
     _input_spec: Any  # per-example input shapes once built, to check validation data
     seed: int  # base seed of the shuffle order
@@ -208,6 +217,8 @@ class TrainingAPI:
                                       initial_epoch=int(initial_epoch),
                                       validation_freq=validation_freq)
         try:
+            if self._object_nodes() or self.module is self:  # variables outside the state
+                callbacks = [VariableSync(), *(callbacks or [])]
             return self._trainer.fit(self, train, epochs=epochs,
                                      initial_epoch=int(initial_epoch), callbacks=callbacks,
                                      verbose=verbose, validation=validation,
