@@ -13,15 +13,19 @@
   their own: ``Model`` gets ``compile``/``fit``/``evaluate``/``predict`` from its mixins in
   ``mirrorfit._src``, ``MirroredStrategy`` its placement methods from ``DeviceMesh``. Members
   inherited from a public base (``Sequential`` from ``Model``) stay on that base's entry.
+- An op of ``mirrorfit.ops`` (``sum = keras_op("sum", "jax.numpy.sum", "x, axis=None, ...")``
+  in ``mirrorfit/_src/ops/``) is documented as the function it is at run time: Keras'
+  signature, and the docstring `keras_op` gives it.
 """
 
+import ast
 import re
 
 import griffe
 
 _EXAMPLE_HEADING = re.compile(r"^Example:[ \t]*$", re.MULTILINE)
-_PUBLIC_MODULES = ("", "callbacks", "layers", "losses", "metrics", "mixed_precision",
-                   "optimizers", "regularizers", "saving", "utils")
+_PUBLIC_MODULES = ("", "callbacks", "layers", "losses", "metrics", "mixed_precision", "ops",
+                   "optimizers", "random", "regularizers", "saving", "utils")
 
 
 class MirrorfitDocstrings(griffe.Extension):
@@ -30,6 +34,14 @@ class MirrorfitDocstrings(griffe.Extension):
     def on_instance(self, *, obj: griffe.Object, **kwargs) -> None:
         if obj.docstring is not None:
             obj.docstring.value = _EXAMPLE_HEADING.sub("Examples:", obj.docstring.value)
+
+    def on_module_members(self, *, mod: griffe.Module, **kwargs) -> None:
+        for name, member in list(mod.members.items()):
+            if member.is_alias or not isinstance(member, griffe.Attribute):
+                continue
+            if isinstance(member.value, griffe.ExprCall) and str(
+                    member.value.function) == "keras_op":
+                mod.set_member(name, _keras_op(member, member.value))
 
     def on_class_members(self, *, cls: griffe.Class, **kwargs) -> None:
         new = cls.members.get("__new__")
@@ -109,3 +121,29 @@ def _flax_fields(cls: griffe.Class) -> griffe.Parameters:
     name = griffe.Parameter("name", annotation="str | None", default="None",
                             kind=griffe.ParameterKind.positional_or_keyword)
     return griffe.Parameters(*positional, name, *keyword_only)
+
+
+def _keras_op(attribute: griffe.Attribute, call: griffe.ExprCall) -> griffe.Function:
+    """The function ``keras_op(name, path, signature, ...)`` returns, as griffe sees it: its
+    parameters parsed from ``signature``, its docstring as `keras_op` writes it."""
+    name, path, signature = (ast.literal_eval(str(arg)) for arg in call.arguments[:3])
+    args = ast.parse(f"def f({signature}): pass").body[0].args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    params = [griffe.Parameter(a.arg, kind=griffe.ParameterKind.positional_or_keyword,
+                               default=None if d is None else ast.unparse(d))
+              for a, d in zip(positional, defaults)]
+    if args.vararg:
+        params.append(griffe.Parameter(args.vararg.arg,
+                                       kind=griffe.ParameterKind.var_positional))
+    params += [griffe.Parameter(a.arg, kind=griffe.ParameterKind.keyword_only,
+                                default=None if d is None else ast.unparse(d))
+               for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg:
+        params.append(griffe.Parameter(args.kwarg.arg, kind=griffe.ParameterKind.var_keyword))
+    function = griffe.Function(attribute.name, lineno=attribute.lineno,
+                               endlineno=attribute.endlineno,
+                               parameters=griffe.Parameters(*params))
+    function.docstring = griffe.Docstring(
+        f"Keras' ``ops.{name}({signature})``, computed by ``{path}``.", parent=function)
+    return function

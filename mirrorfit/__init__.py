@@ -10,12 +10,15 @@ from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
+from mirrorfit import ops as ops
 from mirrorfit import optimizers as optimizers
+from mirrorfit import random as random
 from mirrorfit import regularizers as regularizers
 from mirrorfit import saving as saving
 from mirrorfit import utils as utils
 from mirrorfit._src.callbacks.callback import History as History
 from mirrorfit._src.distribute.distributed_input import InputContext as InputContext
+from mirrorfit._src.distribute.function import function as function
 from mirrorfit._src.distribute.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distribute.multi_worker.strategy import (
     MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy,
@@ -40,6 +43,8 @@ from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
 from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint
 from mirrorfit._src.utils.checks import MirrorfitWarning as MirrorfitWarning
+from mirrorfit._src.variables.autodiff import GradientTape as GradientTape
+from mirrorfit._src.variables.autodiff import value_and_grad as value_and_grad
 from mirrorfit._src.variables.variable import Variable as Variable
 
 __version__ = "0.1.0"
@@ -47,6 +52,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Checkpoint",
     "CheckpointManager",
+    "GradientTape",
     "History",
     "Input",
     "InputContext",
@@ -64,6 +70,7 @@ __all__ = [
     "batch_mask",
     "callbacks",
     "compute_average_loss",
+    "function",
     "get_replica_context",
     "get_strategy",
     "latest_checkpoint",
@@ -72,9 +79,12 @@ __all__ = [
     "losses",
     "metrics",
     "mixed_precision",
+    "ops",
     "optimizers",
+    "random",
     "regularizers",
     "saving",
     "scale_regularization_loss",
     "utils",
+    "value_and_grad",
 ]

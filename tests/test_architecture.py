@@ -16,8 +16,8 @@ SRC = ROOT / "_src"
 # docs/architecture.md's table, bottom to top: a package imports only packages of a lower level.
 LEVELS = {
     "utils": 1, "variables": 1,
-    "distribute": 2, "layers": 2, "losses": 2, "optimizers": 2,
-    "metrics": 3, "modules": 3,
+    "distribute": 2, "layers": 2, "losses": 2, "ops": 2, "optimizers": 2,
+    "metrics": 3, "modules": 3, "random": 3,
     "saving": 4,
     "callbacks": 5,
     "trainers": 6,

@@ -48,6 +48,24 @@ def test_get_replica_context_outside_run_is_single_replica_default():
     np.testing.assert_array_equal(context.all_gather(jnp.arange(3.0), axis=0), np.arange(3.0))
 
 
+def test_gradient_reduce_op_defaults_to_sum_and_accepts_names():
+    assert mf.get_replica_context().gradient_reduce_op is mf.ReduceOp.SUM
+    assert mf.ReplicaContext(gradient_reduce_op="mean").gradient_reduce_op is mf.ReduceOp.MEAN
+    seen = []
+
+    def replica_fn():
+        seen.append(mf.get_replica_context().gradient_reduce_op)
+        return jnp.zeros(())
+
+    _strategy(2).run(replica_fn)
+    assert seen and set(seen) == {mf.ReduceOp.SUM}  # TF's convention inside strategy.run
+
+
+def test_gradient_reduce_op_unknown_raises_value_error_naming_it():
+    with pytest.raises(ValueError, match=r"Received: gradient_reduce_op='max'"):
+        mf.ReplicaContext(gradient_reduce_op="max")
+
+
 def test_get_replica_context_is_default_again_after_run():
     _strategy(8).run(lambda: mf.get_replica_context().replica_id_in_sync_group)
     assert mf.get_replica_context().num_replicas_in_sync == 1

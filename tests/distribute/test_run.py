@@ -276,8 +276,9 @@ def test_run_loop_of_200_calls_compiles_fn_once():
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
 
-    # One trace to compile, plus two shape-only traces (no compile) on the first call that
-    # find which outputs follow the padded batch's rows.
+    # One trace to compile, plus two shape-only traces (no compile) on the first call: the
+    # first finds the variables fn uses, both find which outputs follow the padded batch's
+    # rows.
     assert len(traces) == 3
     assert strategy._runner.num_compiled == 1
     assert compiles[after_first_call:] == []  # nothing compiled after the first call
@@ -416,7 +417,7 @@ def test_reduce_mean_keeps_int_dtype_so_state_loop_compiles_once():
     for _ in range(3):
         count = strategy.reduce(mf.ReduceOp.MEAN, strategy.run(count_up, args=(count,)))
     assert count.dtype == np.int32 and int(count) == 3
-    assert len(traces) == 1
+    assert len(traces) == 2  # the shape-only trace that finds the variables, and the compile
 
 
 @pytest.mark.slow
@@ -434,3 +435,197 @@ def test_custom_loop_without_host_reads_completes_on_8_devices():
     for _ in range(1000):
         state = strategy.reduce("MEAN", strategy.run(step, args=(state, batch)))
     np.testing.assert_allclose(np.asarray(state[0]), np.full(4, 64.0 * 1000))
+
+
+# -- replica functions on objects: variables read and assigned --------------------------------
+
+
+def test_run_combines_assigned_variables_by_aggregation():
+    strategy = _strategy(8)
+    with strategy.scope():
+        agreed = mf.Variable(jnp.zeros(()), aggregation="none", name="agreed")
+        mean = mf.Variable(jnp.zeros(()), aggregation="mean", name="mean")
+        total = mf.Variable(jnp.full((), 10.0), aggregation="sum", name="total")
+        first = mf.Variable(jnp.zeros(()), aggregation="only_first_replica", name="first")
+        untouched = mf.Variable(jnp.full((), 7.0), name="untouched")
+
+    def replica_fn(x):
+        replica = mf.get_replica_context().replica_id_in_sync_group
+        agreed.assign(agreed + jnp.sum(mf.get_replica_context().all_reduce("SUM", x)))
+        mean.assign(replica.astype(jnp.float32))
+        total.assign_add(jnp.sum(x))
+        first.assign(replica.astype(jnp.float32) + 1.0)
+        return untouched.value
+
+    x = _data(16)
+    (batch,) = strategy.experimental_distribute_dataset([x])
+    out = strategy.run(replica_fn, args=(batch,))
+    np.testing.assert_allclose(agreed.numpy(), x.sum(), rtol=1e-5)
+    np.testing.assert_allclose(mean.numpy(), np.mean(np.arange(8)), rtol=RTOL)
+    np.testing.assert_allclose(total.numpy(), 10.0 + x.sum(), rtol=1e-5)
+    assert float(first.numpy()) == 1.0
+    np.testing.assert_array_equal(strategy.experimental_local_results(out), [7.0] * 8)
+    for variable in (agreed, mean, total, first):
+        assert variable.value.sharding == strategy.replicated_sharding
+
+
+def test_run_with_variables_compiles_once_and_reads_their_current_values():
+    strategy = mf.MirroredStrategy(jax.devices()[:2])  # a fresh, empty run cache
+    with strategy.scope():
+        count = mf.Variable(jnp.zeros((), jnp.int32), name="count")
+    traces = []
+
+    def replica_fn(x):
+        traces.append(1)
+        count.assign_add(1)
+        return count.value + jnp.zeros_like(x[:, 0], jnp.int32)
+
+    x = _data(4)
+    for step in range(1, 21):
+        out = strategy.run(replica_fn, args=(x,))
+        assert int(strategy.experimental_local_results(out)[0][0]) == step
+    assert int(count.numpy()) == 20
+    assert len(traces) == 2  # one shape-only trace finds `count`, one compiles
+    assert strategy._runner.num_compiled == 1
+
+
+# -- the TF custom-training tutorial, ported with the one gradient line -----------------------
+# https://www.tensorflow.org/tutorials/distribute/custom_training: a subclassed model, a loss
+# averaged over the global batch with compute_average_loss plus the scaled regularization
+# losses, optimizer.apply_gradients inside strategy.run, metric trackers updated in the
+# replica functions and reset between epochs, @mf.function on the distributed steps.
+
+TUTORIAL_CLASSES, TUTORIAL_BATCH, TUTORIAL_EPOCHS, L2 = 3, 16, 2, 1e-3
+
+
+class _Classifier(mf.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = mf.layers.Dense(8, activation="relu",
+                                      kernel_regularizer=mf.regularizers.L2(L2))
+        self.classes = mf.layers.Dense(TUTORIAL_CLASSES)
+
+    def call(self, x, training=False):
+        return self.classes(self.hidden(x))
+
+
+def _tutorial_data(rows, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 5)).astype(np.float32)
+    y = ((x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0.5)).astype(np.int32)
+    return x, y
+
+
+def _batches(x, y):
+    return [(x[i:i + TUTORIAL_BATCH], y[i:i + TUTORIAL_BATCH])
+            for i in range(0, len(x), TUTORIAL_BATCH)]
+
+
+def _reference(initial, train, test):
+    """The same training on one device in plain JAX: full global batches, mean loss."""
+
+    def logits(params, x):
+        w1, b1, w2, b2 = params
+        return jax.nn.relu(x @ w1 + b1) @ w2 + b2
+
+    def ce(params, x, y):
+        return -jax.nn.log_softmax(logits(params, x))[jnp.arange(len(y)), y]
+
+    def loss(params, x, y):
+        return jnp.mean(ce(params, x, y)) + L2 * jnp.sum(params[0] ** 2)
+
+    opt = mf.optimizers.Adam(0.01)
+    params = [jnp.asarray(p) for p in initial]
+    state = opt.init(params)
+    history = []
+    for _ in range(TUTORIAL_EPOCHS):
+        losses, correct = [], 0
+        for x, y in _batches(*train):
+            correct += int(np.sum(np.asarray(logits(params, x)).argmax(-1) == y))
+            value, grads = jax.value_and_grad(loss)(params, x, y)
+            updates, state = opt.update(grads, state, params)
+            params = optax.apply_updates(params, updates)
+            losses.append(float(value))
+        x, y = test
+        history.append((np.mean(losses), correct / len(train[0]),
+                        float(jnp.mean(ce(params, x, y))),
+                        float(np.mean(np.asarray(logits(params, x)).argmax(-1) == y))))
+    return params, history
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_tf_custom_training_tutorial_loop_equals_one_device(n):
+    strategy = mf.MirroredStrategy(jax.devices()[:n])
+    train, test = _tutorial_data(60, seed=0), _tutorial_data(20, seed=1)  # partial batches
+    train_dist_dataset = strategy.experimental_distribute_dataset(_batches(*train))
+    test_dist_dataset = strategy.experimental_distribute_dataset(_batches(*test))
+
+    with strategy.scope():
+        loss_object = mf.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                              reduction="none")
+
+        def compute_loss(labels, predictions, model_losses):
+            per_example_loss = loss_object(labels, predictions)
+            loss = mf.compute_average_loss(per_example_loss)
+            if model_losses:
+                loss += mf.scale_regularization_loss(sum(model_losses))
+            return loss
+
+        test_loss = mf.metrics.Mean(name="test_loss")
+        train_accuracy = mf.metrics.SparseCategoricalAccuracy(name="train_accuracy")
+        test_accuracy = mf.metrics.SparseCategoricalAccuracy(name="test_accuracy")
+        model = _Classifier()
+        model(jnp.zeros((1, 5)))
+        optimizer = mf.optimizers.Adam(learning_rate=0.01)
+    initial = [v.numpy() for v in model.trainable_variables]
+
+    def train_step(inputs):
+        images, labels = inputs
+
+        def forward(images, labels):
+            predictions = model(images, training=True)
+            return compute_loss(labels, predictions, model.losses), predictions
+
+        # The one line that differs from TF's `with tf.GradientTape() as tape: ...`.
+        (loss, predictions), gradients = mf.value_and_grad(
+            forward, model.trainable_variables, has_aux=True)(images, labels)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        train_accuracy.update_state(labels, predictions)
+        return loss
+
+    def test_step(inputs):
+        images, labels = inputs
+        predictions = model(images, training=False)
+        t_loss = loss_object(labels, predictions)
+        test_loss.update_state(t_loss)
+        test_accuracy.update_state(labels, predictions)
+
+    @mf.function
+    def distributed_train_step(dataset_inputs):
+        per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
+        return strategy.reduce(mf.ReduceOp.SUM, per_replica_losses, axis=None)
+
+    @mf.function
+    def distributed_test_step(dataset_inputs):
+        return strategy.run(test_step, args=(dataset_inputs,))
+
+    history = []
+    for _ in range(TUTORIAL_EPOCHS):
+        total_loss, num_batches = 0.0, 0
+        for x in train_dist_dataset:
+            total_loss += distributed_train_step(x)
+            num_batches += 1
+        train_loss = total_loss / num_batches
+        for x in test_dist_dataset:
+            distributed_test_step(x)
+        history.append((float(train_loss), float(train_accuracy.result()),
+                        float(test_loss.result()), float(test_accuracy.result())))
+        test_loss.reset_state()
+        train_accuracy.reset_state()
+        test_accuracy.reset_state()
+
+    params, want = _reference(initial, train, test)
+    for variable, expected in zip(model.trainable_variables, params):
+        np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(history, want, rtol=1e-5)
+    assert int(optimizer.iterations) == TUTORIAL_EPOCHS * 4

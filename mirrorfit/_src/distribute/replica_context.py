@@ -8,7 +8,6 @@ returns the default context of a single replica. The loss helpers follow ``tf.nn
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any
 
 import jax
@@ -17,8 +16,7 @@ from jax import lax
 
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.distribute.values import ReduceOp
-
-_current = threading.local()
+from mirrorfit._src.variables import replica as replica_slot
 
 
 class ReplicaContext:
@@ -28,12 +26,19 @@ class ReplicaContext:
         num_replicas_in_sync: replicas taking part in every collective.
         mask: ``None``, or bool ``[per_replica_batch]``: real (not padding) rows of this
             replica's shard of the distributed batch passed to ``run``.
+        gradient_reduce_op: how ``optimizer.apply_gradients`` / ``optimizer.apply``
+            all-reduce the gradients inside this replica function: `ReduceOp.SUM` (the
+            default, TF's convention: each replica's loss is its share of the global mean,
+            from `compute_average_loss`, so the sum is the global gradient) or
+            `ReduceOp.MEAN` (for gradients of a per-replica mean loss, as a Keras-style
+            ``train_step`` inside ``fit`` computes; the trainer sets it there).
     """
 
     def __init__(self, num_replicas_in_sync: int = 1, mask: jax.Array | None = None,
-                 in_run: bool = False):
+                 in_run: bool = False, gradient_reduce_op: Any = ReduceOp.SUM):
         self.num_replicas_in_sync = num_replicas_in_sync
         self.mask = mask
+        self.gradient_reduce_op = ReduceOp.resolve(gradient_reduce_op, "gradient_reduce_op")
         self._in_run = in_run
 
     @property
@@ -74,18 +79,15 @@ def _check_arrays(value: Any, name: str) -> None:
 
 def get_replica_context() -> ReplicaContext:
     """The current replica context: the one of ``strategy.run``, else a single replica."""
-    return getattr(_current, "context", None) or ReplicaContext()
+    return replica_slot.current() or ReplicaContext()
 
 
 @contextlib.contextmanager
 def replica_context(context: ReplicaContext):
-    """Makes ``context`` current while a per-replica function is traced."""
-    previous = getattr(_current, "context", None)
-    _current.context = context
-    try:
+    """Makes ``context`` current while a per-replica function is traced (kept in the level-1
+    slot `mirrorfit._src.variables.replica`, where the optimizers find it)."""
+    with replica_slot.entering(context):
         yield context
-    finally:
-        _current.context = previous
 
 
 def compute_average_loss(per_example_loss: jax.Array, sample_weight: jax.Array | None = None,

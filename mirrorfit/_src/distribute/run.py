@@ -7,21 +7,33 @@
 * anything else array-like (replicated or host arrays, NumPy) -> ``P()``, whole;
 * Python scalars, strings and ``None`` -> compile-time constants.
 
+A replica function may also read and assign the `Variable` s it closes over (a model's
+weights, an optimizer's slots, metric totals), as in a ``tf.distribute`` custom loop: on the
+first call for a compile key, one abstract trace finds them
+(`mirrorfit._src.variables.lifting`); their values become replicated inputs, ``fn`` runs
+with them mapped in a `StatelessScope`, and each assigned value is combined across replicas
+by its variable's ``aggregation`` ("none": the replicas agree, as after an all-reduced
+gradient update, and it is kept; "mean": ``pmean``; "sum": ``old + psum(new - old)``, as
+metric totals; "only_first_replica": replica 0's) and assigned back after the call.
+
 The mapped function is compiled once per (function, argument structure, shapes and
-constants) through `compile_per_replica`, the one compile path that ``fit``, ``evaluate``
-and ``predict`` use too. A `Runner` per strategy owns those compiled functions and the
-custom loop's `InFlight` bound.
+constants; the variables it uses are found then) through `compile_per_replica`, the one
+compile path that ``fit``, ``evaluate`` and ``predict`` use too. A `Runner` per strategy
+owns those compiled functions and the custom loop's `InFlight` bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -35,8 +47,29 @@ from mirrorfit._src.distribute.values import (
     batch_mask,
     unwrap_mirrored,
 )
+from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, check_assigned
 
 _STATIC = (bool, int, float, complex, str, type(None))
+_CALLS = threading.local()
+
+
+def run_calls() -> int:
+    """How many times ``strategy.run`` was called in this thread, by any strategy.
+
+    `mirrorfit.function` compares it before and after a call of the function it wraps to
+    learn whether that function calls ``run`` (then it stays a Python function: ``run``
+    compiles) or not (then it compiles the function as a whole).
+    """
+    return getattr(_CALLS, "count", 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compiled:
+    """One compile of ``run``: the program, its batch-aligned outputs, its variables."""
+
+    program: Callable
+    aligned: list[bool] | None  # per output leaf, with a padded batch; None without one
+    used: UsedVariables
 
 
 def spec_of(mesh: DeviceMesh, leaf: Any) -> P:
@@ -58,8 +91,8 @@ def specs_like(mesh: DeviceMesh, example_args: tuple) -> tuple:
 
 
 def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs: Any, *,
-                        donate_argnums: int | tuple[int, ...] = (), masked: bool = False
-                        ) -> Callable:
+                        donate_argnums: int | tuple[int, ...] = (), masked: bool = False,
+                        gradient_reduce_op: Any = ReduceOp.SUM) -> Callable:
     """The one compile path of ``fit``, ``evaluate``, ``predict`` and ``strategy.run``.
 
     ``fn`` is traced inside a `ReplicaContext` (so `mirrorfit.get_replica_context` gives the
@@ -74,6 +107,9 @@ def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs
         masked: whether the last positional argument is the batch mask (bool
             ``[global_batch]``, spec ``P("batch")``); ``fn`` does not receive it, the
             replica context holds this replica's part.
+        gradient_reduce_op: the replica context's ``gradient_reduce_op``: how
+            ``optimizer.apply_gradients`` inside ``fn`` all-reduces gradients (`ReduceOp.SUM`
+            for losses from `compute_average_loss`, `ReduceOp.MEAN` for per-replica means).
 
     Returns:
         The compiled callable (compiled on first call, again only for new shapes).
@@ -85,7 +121,8 @@ def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs
         mask = None
         if masked:
             *args, mask = args
-        with replica_context(ReplicaContext(num_replicas, mask, in_run=True)):
+        with replica_context(ReplicaContext(num_replicas, mask, in_run=True,
+                                            gradient_reduce_op=gradient_reduce_op)):
             return fn(*args)
 
     return mesh.compile_replica_fn(per_replica, in_specs, out_specs,
@@ -104,7 +141,7 @@ class Runner:
 
     def __init__(self, mesh: DeviceMesh):
         self._mesh = mesh
-        self._compiled: dict[Any, tuple[Callable, list[bool] | None]] = {}
+        self._compiled: dict[Any, _Compiled] = {}
         self._in_flight = InFlight()
 
     @property
@@ -115,6 +152,7 @@ class Runner:
     def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
         """See `MirroredStrategy.run`."""
         mesh = self._mesh
+        _CALLS.count = run_calls() + 1
         if not callable(fn):
             raise TypeError(f"fn must be a callable run once per replica. Received: fn={fn!r}")
         if not isinstance(args, (tuple, list)):
@@ -135,10 +173,7 @@ class Runner:
             elif (spec := spec_of(mesh, leaf)) != P():
                 kind, value = "distributed", leaf
             else:
-                kind, value = "replicated", leaf
-                if not isinstance(value, jax.Array) or value.sharding != mesh.replicated_sharding:
-                    value = mesh.replicate_arrays(np.asarray(value) if not isinstance(
-                        value, jax.Array) else value)
+                kind, value = "replicated", self._replicated(leaf)
             kinds.append((kind, spec))
             dynamic.append(value)
             key.append((kind, value.shape, value.dtype))
@@ -147,20 +182,40 @@ class Runner:
         cache_key = (fn, treedef, tuple(key), mask is not None)
         entry = self._compiled.get(cache_key)
         if entry is None:
-            compiled = _compile(mesh, fn, treedef, kinds, mask is not None)
-            aligned = None if mask is None else _batch_aligned(mesh, compiled, kinds, dynamic)
-            entry = self._compiled[cache_key] = (compiled, aligned)
-        compiled, aligned = entry
-        outputs = compiled(*dynamic)
-        self._in_flight.push(outputs)
+            entry = self._compiled[cache_key] = self._compile(fn, treedef, kinds, dynamic,
+                                                               mask is not None)
+        outputs, new_values = entry.program(
+            [self._replicated(v.value) for v in entry.used.read], *dynamic)
+        for variable, value in zip(entry.used.assigned, new_values):
+            variable.assign(value)
+        self._in_flight.push((outputs, new_values))
         if mask is None:
             return mirrored_outputs.resolve(jax.tree.map(PerReplica, outputs), mesh, fn)
-        assert aligned is not None  # computed whenever there is a mask (part of the cache key)
+        assert entry.aligned is not None  # computed whenever there is a mask (in the key)
         per_replica_mask = mask.reshape(mesh.num_replicas_in_sync, -1)
         leaves, treedef = jax.tree.flatten(outputs)
         return mirrored_outputs.resolve(jax.tree.unflatten(treedef, [
-            PerReplica(v, per_replica_mask if a else None) for v, a in zip(leaves, aligned)]),
-            mesh, fn)
+            PerReplica(v, per_replica_mask if a else None)
+            for v, a in zip(leaves, entry.aligned)]), mesh, fn)
+
+    def _replicated(self, value: Any) -> jax.Array:
+        """``value`` mirrored on this mesh (already-mirrored arrays are not copied)."""
+        mesh = self._mesh
+        if isinstance(value, jax.Array) and value.sharding == mesh.replicated_sharding:
+            return value
+        return mesh.replicate_arrays(value if isinstance(value, jax.Array) else np.asarray(value))
+
+    def _compile(self, fn, treedef, kinds, dynamic, has_mask) -> _Compiled:
+        """Finds the variables ``fn`` uses (one abstract trace), then compiles it with them."""
+        found: list[UsedVariables] = []
+        probe = _compile(self._mesh, fn, treedef, kinds, has_mask, UsedVariables(), found)
+        shapes = jax.eval_shape(probe, [], *dynamic)[0]
+        used = found[-1]
+        program = _compile(self._mesh, fn, treedef, kinds, has_mask, used, None)
+        values = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in used.read]
+        aligned = (_batch_aligned(self._mesh, program, kinds, values, dynamic, shapes)
+                   if has_mask else None)
+        return _Compiled(program, aligned, used)
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         """See `MirroredStrategy.reduce`."""
@@ -232,11 +287,13 @@ def _find_mask(leaves) -> jax.Array | None:
     return None
 
 
-def _batch_aligned(mesh, compiled, kinds, dynamic) -> list[bool]:
+def _batch_aligned(mesh, compiled, kinds, variable_shapes, dynamic, shapes_now) -> list[bool]:
     """Which outputs have the per-replica batch as their first axis.
 
     Found by tracing once more (no compile) with one more row per replica in every batch
     argument: an output is batch-aligned when its first per-replica axis grows with it.
+    ``variable_shapes`` are the variables' values, the program's first argument;
+    ``shapes_now`` the outputs' shapes for ``dynamic`` (from the probe trace).
     """
     n = mesh.num_replicas_in_sync
     rows = dynamic[-1].shape[0] // n
@@ -257,9 +314,9 @@ def _batch_aligned(mesh, compiled, kinds, dynamic) -> list[bool]:
         structs.append(jax.ShapeDtypeStruct((n * (rows + extra),), dynamic[-1].dtype))
         return structs
 
-    base = jax.tree.leaves(jax.eval_shape(compiled, *shapes(0)))
+    base = jax.tree.leaves(shapes_now)
     try:
-        grown = jax.tree.leaves(jax.eval_shape(compiled, *shapes(1)))
+        grown = jax.tree.leaves(jax.eval_shape(compiled, variable_shapes, *shapes(1))[0])
     except Exception:  # noqa: BLE001 - any failure: fn is not shape-polymorphic, so fall
         # back to matching the row count
         return [v.ndim > 1 and v.shape[1] == rows for v in base]
@@ -270,25 +327,53 @@ def _is_per_replica(v):
     return isinstance(v, PerReplica)
 
 
-def _compile(mesh, fn, treedef, kinds, has_mask):
+def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
+             found: list[UsedVariables] | None):
+    """``fn`` as ``program(variable_values, *dynamic) -> (outputs, new_values)``.
+
+    ``variable_values`` are ``used.read`` 's values (replicated); ``new_values`` are
+    ``used.assigned`` 's, combined across replicas by their aggregation. With ``found``,
+    the trace appends the variables ``fn`` used (the probe trace maps none).
+    """
     specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
     if has_mask:
         specs.append(P(BATCH_AXIS))
 
-    def per_replica(*dynamic):
-        values = iter(dynamic)
+    def per_replica(values, *dynamic):
+        dynamic_values = iter(dynamic)
         leaves = []
         for kind, constant in kinds:
             if kind == "static":
                 leaves.append(constant)
             else:
-                value = next(values)
+                value = next(dynamic_values)
                 leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
-        out = fn(*args, **kwargs)
-        return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out)
+        out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs)
+        if found is not None:
+            found.append(this_trace)
+        else:
+            check_assigned(fn, used, this_trace)
+        old_values = dict(zip(map(id, used.read), values))
+        new_values = [_aggregate(v, old_values[id(v)], new)
+                      for v, new in zip(used.assigned, new_values)]
+        return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out), new_values
 
-    return compile_per_replica(mesh, per_replica, tuple(specs), P(BATCH_AXIS), masked=has_mask)
+    return compile_per_replica(mesh, per_replica, (P(), *specs), (P(BATCH_AXIS), P()),
+                               masked=has_mask)
+
+
+def _aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:
+    """The value every replica keeps of a variable assigned in a replica function, by its
+    ``aggregation`` (Keras' and tf.distribute's meanings)."""
+    if variable.aggregation == "mean":
+        return (lax.psum(new, BATCH_AXIS) / lax.psum(1, BATCH_AXIS)).astype(new.dtype)
+    if variable.aggregation == "sum":
+        return old + lax.psum(new - old, BATCH_AXIS)
+    if variable.aggregation == "only_first_replica":
+        first = lax.axis_index(BATCH_AXIS) == 0
+        return lax.psum(jnp.where(first, new, jnp.zeros_like(new)), BATCH_AXIS)
+    return new
 
 
 def _check_axis(value: PerReplica, axis: int) -> int:

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers import activations, flax_bridge, functional, initializers, regularizers
+from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.utils import registry
 
@@ -48,9 +49,6 @@ LAYERS = registry.Registry("layer", "mirrorfit.layers")
 register = LAYERS.register
 
 _CONSTRUCTION_ORDER = itertools.count()
-_COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
-                   "mixed_bfloat16": jnp.bfloat16, "mixed_float16": jnp.float16,
-                   "float64": jnp.float64}
 
 
 def _to_json(value: Any) -> Any:
@@ -113,6 +111,7 @@ class FlaxLayer(nn.Module):
         # modules are frozen dataclasses, so this one field is set directly.
         if name == "trainable":
             object.__setattr__(self, name, bool(value))
+            flax_bridge.set_trainable(self, value)  # its Variables, when called unbound
             return
         super().__setattr__(name, value)
 
@@ -154,12 +153,12 @@ class FlaxLayer(nn.Module):
             return jnp.float32
         name = getattr(self.dtype, "name", self.dtype)  # a Keras-like policy or a dtype
         name = getattr(self.dtype, "compute_dtype", name)
-        if isinstance(name, str) and name in _COMPUTE_DTYPES:
-            return _COMPUTE_DTYPES[name]
+        if isinstance(name, str) and name in COMPUTE_DTYPES:
+            return COMPUTE_DTYPES[name]
         try:
             return jnp.dtype(name)
         except TypeError as err:
-            raise ValueError(f"dtype must be one of {sorted(_COMPUTE_DTYPES)} or a dtype. "
+            raise ValueError(f"dtype must be one of {sorted(COMPUTE_DTYPES)} or a dtype. "
                              f"Received: dtype={self.dtype!r}") from err
 
     def cast(self, x: Any) -> Any:

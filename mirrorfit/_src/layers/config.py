@@ -31,9 +31,10 @@ def serialize_layer(layer: Any, name: str) -> dict[str, Any]:
     Keras' activations.
 
     Raises:
-        ValueError: a layer without ``get_config`` (write one, and load with custom_objects).
+        ValueError: a layer without ``get_config`` (write one, and load with custom_objects),
+            or a Keras-style layer whose ``get_config`` cannot be generated.
     """
-    if not isinstance(layer, nn.Module) and callable(layer):
+    if not hasattr(layer, "get_config") and callable(layer):  # a plain function
         try:
             activation = activations.serialize(layer)
             activations.get(activation)
@@ -46,7 +47,10 @@ def serialize_layer(layer: Any, name: str) -> dict[str, Any]:
         raise ValueError(f"Layer {name!r} ({type(layer).__name__}) has no get_config(); subclass "
                          "mirrorfit.layers.Layer (or define get_config/from_config) to save the "
                          "architecture.")
-    spec = registry.serialize(layer)
+    try:
+        spec = registry.serialize(layer)
+    except NotImplementedError as err:  # a Keras-style layer that cannot auto-config
+        raise ValueError(f"Layer {name!r} cannot be saved in a config: {err}") from err
     return {**spec, "config": {**spec["config"], "name": name}}
 
 

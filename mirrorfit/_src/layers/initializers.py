@@ -7,12 +7,15 @@ others multiply both (a receptive field), which is Flax's ``in_axis=-2, out_axis
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from mirrorfit._src.utils import registry
+from mirrorfit._src.variables import call_context
 
 Initializer = Callable[..., jax.Array]
 
@@ -60,6 +63,30 @@ def get(identifier: str | Initializer) -> Initializer:
                          "it with @mf.saving.register_serializable() or, when loading, pass "
                          f"it in custom_objects. Received: initializer={identifier!r}")
     return found
+
+
+def variable_initializer(identifier: Any, dtype: Any) -> Callable[[Any, Any], jax.Array]:
+    """``(shape, dtype) -> array`` for ``Layer.add_weight(initializer=identifier)``.
+
+    Keras' initializers are ``(shape, dtype)``; these names (and ``jax.nn`` initializers)
+    take a key first: a name, or a callable whose first parameter is ``key``, gets the next
+    key of the init stream (`call_context.init_rng`). ``None`` is Keras' default:
+    ``"glorot_uniform"`` for a floating ``dtype``, ``"zeros"`` otherwise.
+
+    Raises:
+        ValueError: ``identifier`` names no initializer.
+    """
+    if identifier is None:
+        identifier = "glorot_uniform" if jnp.issubdtype(dtype, jnp.floating) else "zeros"
+    fn = get(identifier)
+    try:
+        first = next(iter(inspect.signature(fn).parameters), None)
+    except (TypeError, ValueError):
+        first = None
+    if isinstance(identifier, str) or first in ("key", "rng", "prng_key"):
+        key = call_context.init_rng()
+        return lambda shape, dtype: fn(key, shape, dtype)
+    return fn
 
 
 def serialize(identifier: Any) -> Any:

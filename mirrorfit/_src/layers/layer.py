@@ -3,39 +3,36 @@
 A subclass writes Keras code unchanged: ``__init__(self, ..., **kwargs)`` calling
 ``super().__init__(**kwargs)``, sub-layers assigned as attributes (also in lists and dicts),
 ``build(self, input_shape)`` with ``self.add_weight(...)``, and ``call(self, inputs,
-training=None)``. The layer owns `mirrorfit.Variable` s; ``fit``'s compiled step and
+training=None, mask=None)``. The layer owns `mirrorfit.Variable` s; ``fit``'s compiled step and
 ``strategy.run`` trace it in a stateless scope, so it stays a plain Python object.
 
-This module owns the object side: tracking (`tracking.walk` over the attributes), lazy
-building, the call context (``training`` reaches nested layers that are not passed it),
-``add_loss``/``losses`` and the auto-config behind ``get_config``. Built-in
-``mirrorfit.layers`` are Flax modules (`FlaxLayer`); used inside a `Layer` they run through
-`mirrorfit._src.layers.flax_bridge`; a `Layer` inside a functional or Sequential model runs
-through the same module's `LayerNode`.
+This module owns the object side, as ``keras/src/layers/layer.py``: tracking (the layer's own
+weights, then its attributes' through `tracking.walk`), lazy building (``build`` once, with
+the inputs' shapes: `call_spec`), the call context (``training`` reaches nested layers that
+are not passed it), input casting to the compute dtype (`dtype_policy`),
+``add_loss``/``losses``, freezing, and ``get_config`` (`auto_config`). Built-in ``mirrorfit.layers`` are Flax modules
+(`FlaxLayer`); used inside a `Layer` they run through `mirrorfit._src.layers.flax_bridge`,
+as do plain ``flax.linen`` modules assigned to a `Layer`; a `Layer` inside a functional or
+Sequential model runs through the same module's `LayerNode`.
 """
 
 from __future__ import annotations
 
 import abc
 import collections
-import inspect
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from mirrorfit._src.layers import functional, initializers, regularizers
+from mirrorfit._src.layers import auto_config, call_spec, flax_bridge, functional, regularizers
+from mirrorfit._src.layers import dtype_policy as dtype_policies
+from mirrorfit._src.layers.layer_weights import SUPER_NOT_CALLED, LayerWeights
+from mirrorfit._src.layers.name_scope import name_scope
 from mirrorfit._src.utils.naming import snake_case
-from mirrorfit._src.variables import call_context, tracking
+from mirrorfit._src.variables import call_context
 from mirrorfit._src.variables.variable import Variable
 
 _NAME_COUNTS: collections.Counter[str] = collections.Counter()
-_BASE_ARGS = ("trainable", "name", "dtype", "autocast", "activity_regularizer",
-              "input_shape", "input_dim")
-_FLOAT_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
-                 "mixed_bfloat16": jnp.bfloat16, "mixed_float16": jnp.float16}
 
 
 def unique_name(base: str) -> str:
@@ -45,49 +42,39 @@ def unique_name(base: str) -> str:
     return base if count == 0 else f"{base}_{count}"
 
 
-def _initializer(identifier: Any, dtype: Any) -> Any:
-    """``(shape, dtype) -> array`` from a Keras name or a callable.
-
-    Keras' initializers are ``(shape, dtype)``; ``mirrorfit.layers`` (and ``jax.nn``) ones
-    take a key first. A name or a callable whose first parameter is ``key`` gets the next
-    key of the init stream.
-    """
-    if identifier is None:
-        identifier = "glorot_uniform" if jnp.issubdtype(dtype, jnp.floating) else "zeros"
-    fn = initializers.get(identifier)
-    try:
-        first = next(iter(inspect.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        first = None
-    if isinstance(identifier, str) or first in ("key", "rng", "prng_key"):
-        key = call_context.init_rng()
-        return lambda shape, dtype: fn(key, shape, dtype)
-    return fn
-
-
 def is_keras_layer(value: Any) -> bool:
     """Whether ``value`` is a Keras-style `Layer` object (not a registered Flax layer)."""
     return Layer in type(value).__mro__
 
 
-class Layer(metaclass=abc.ABCMeta):
+class Layer(LayerWeights, metaclass=abc.ABCMeta):
     """The base class of Keras-style layers and models, as ``keras.layers.Layer``.
 
     Args:
-        trainable: whether the layer's weights are trained (settable later:
-            ``layer.trainable = False`` freezes every weight below it).
-        name: the layer's name; default the class name in snake_case, numbered
-            (``"token_and_position_embedding"``, ``"..._1"``).
-        dtype: the compute dtype or policy name (``"float32"``, ``"mixed_bfloat16"``, ...):
-            floating inputs are cast to it; weights stay float32.
-        autocast: whether floating inputs are cast to the compute dtype.
         activity_regularizer: a penalty of the outputs, added to ``losses`` divided by the
             batch size (as Keras 3).
-        input_shape, input_dim: tf.keras' legacy input declaration, for the first layer of
-            a Sequential model.
+        trainable: whether the layer's weights are trained (settable later:
+            ``layer.trainable = False`` freezes every weight below it).
+        dtype: the dtype policy (``"float32"``, ``"mixed_bfloat16"``, ...; a name, a dtype or
+            ``mf.mixed_precision.Policy``): floating inputs are cast to its compute dtype
+            (``compute_dtype``); weights are created in its variable dtype (float32 for the
+            mixed policies). ``None``: float32 (the model's policy applies around it).
+        autocast: whether floating inputs are cast to the compute dtype.
+        name: the layer's name; default the class name in snake_case, numbered per process
+            (``"token_and_position_embedding"``, ``"..._1"``). No ``"/"``.
+        input_shape, input_dim: tf.keras' legacy input declaration (no batch axis), for the
+            first layer of a Sequential model.
+
+    Subclasses implement ``call`` and usually ``build(self, input_shape)``; ``input_shape``
+    includes the batch axis (``None`` when built on symbolic `Input` tensors; a list of
+    shapes for a list input). Calling the layer builds it once, casts floating inputs, opens
+    the call context (``training`` given to an outer layer reaches this one when not passed)
+    and runs ``call``.
 
     Raises:
-        TypeError: an unknown keyword argument (Keras' "Unrecognized keyword arguments").
+        ValueError: an unknown keyword argument (Keras' "Unrecognized keyword arguments"),
+            a ``trainable`` that is not a bool, a ``name`` that is not a string without
+            ``"/"``, or an unknown ``dtype``.
 
     Example:
         >>> class Linear(mf.layers.Layer):
@@ -99,14 +86,14 @@ class Layer(metaclass=abc.ABCMeta):
         ...         self.b = self.add_weight(shape=(self.units,), initializer="zeros", name="b")
         ...     def call(self, inputs):
         ...         return inputs @ self.w + self.b
-        >>> layer = Linear(4)
+        >>> layer = Linear(4, name="linear")
         >>> layer(jnp.ones((2, 3))).shape
         (2, 4)
         >>> [v.path for v in layer.weights]
         ['linear/w', 'linear/b']
+        >>> layer.get_config()
+        {'name': 'linear', 'units': 4, 'trainable': True, 'dtype': None}
     """
-
-    _mf_skip: frozenset[str] = frozenset()  # attributes that never hold the layer's variables
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -116,207 +103,85 @@ class Layer(metaclass=abc.ABCMeta):
                 "`call(self, inputs, training=None)` and mf.layers.Layer.__call__ runs it "
                 "(building, training flag, losses). Rename __call__ to call, or subclass "
                 "mf.layers.FlaxLayer to write a flax.linen layer.")
+        build = cls.__dict__.get("build")
+        if build is not None and not (getattr(build, "_mf_build_wrapper", False)
+                                      or getattr(build, "_mf_default_build", False)):
+            cls.build = call_spec.wrap_build(build)  # type: ignore[method-assign]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         instance = super().__new__(cls)
-        try:  # Keras 3 records the constructor arguments for the default get_config.
-            bound = inspect.signature(cls.__init__).bind(instance, *args, **kwargs)
-            arguments = dict(list(bound.arguments.items())[1:])
-            arguments.update(arguments.pop("kwargs", {}) if isinstance(
-                arguments.get("kwargs"), dict) else {})
-        except TypeError:
-            arguments = None
-        object.__setattr__(instance, "_mf_auto_config", arguments)
+        config, why = auto_config.constructor_arguments(cls, args, kwargs)
+        object.__setattr__(instance, "_mf_auto_config", config)
+        object.__setattr__(instance, "_mf_auto_config_error", why)
         return instance
 
-    def __init__(self, *, trainable: bool = True, name: str | None = None, dtype: Any = None,
-                 autocast: bool = True, activity_regularizer: Any = None,
-                 input_shape: Any = None, input_dim: int | None = None, **kwargs: Any):
+    def __init__(self, *, activity_regularizer: Any = None, trainable: bool = True,
+                 dtype: Any = None, autocast: bool = True, name: str | None = None,
+                 **kwargs: Any):
+        input_dim = kwargs.pop("input_dim", None)
+        input_shape = (input_dim,) if input_dim is not None else kwargs.pop("input_shape", None)
         if kwargs:
-            raise TypeError(f"Unrecognized keyword arguments passed to {type(self).__name__}: "
-                            f"{kwargs}. Keras layers take {_BASE_ARGS} besides their own.")
-        self._mf_own: list[Variable] = []
+            raise ValueError(
+                f"Unrecognized keyword arguments passed to {type(self).__name__}: {kwargs}. "
+                "Layer.__init__ takes activity_regularizer, trainable, dtype, autocast, name "
+                "(and input_shape/input_dim); take your own arguments in your __init__.")
+        if not isinstance(trainable, bool):
+            raise ValueError("Expected `trainable` to be a boolean. "
+                             f"Received: trainable={trainable} (of type {type(trainable)})")
+        if name is not None and (not isinstance(name, str) or "/" in name):
+            raise ValueError("Argument `name` must be a string and cannot contain character "
+                             f"`/`. Received: name={name!r}")
+        self._mf_trainable_own: list[Variable] = []  # created trainable (Keras' order)
+        self._mf_non_trainable_own: list[Variable] = []
         self._mf_losses: list[Any] = []
-        self._mf_trainable = bool(trainable)
+        self._mf_trainable = trainable
+        self.dtype_policy = dtype
+        self._mf_input_shape = None if input_shape is None else tuple(input_shape)
         self.name = name or unique_name(snake_case(type(self).__name__))
-        self.dtype = dtype
         self.autocast = autocast
         self.activity_regularizer = regularizers.get(activity_regularizer)
-        if input_dim is not None:
-            input_shape = (input_dim,)
-        self._mf_input_shape = None if input_shape is None else tuple(input_shape)
         self._mf_built = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_mf") and name not in self._mf_skip:
+            value = flax_bridge.wrap_linen(value)  # a plain flax.linen module runs bridged
+            if "_mf_trainable_own" in self.__dict__:
+                for leaf in auto_config.flat_values(value):
+                    if isinstance(leaf, Variable):
+                        self._track_variable(leaf)
+        super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for missing attributes: say why when __init__ never ran.
-        if name.startswith("_mf") or name == "name":
-            raise RuntimeError(
-                f"{type(self).__name__} is used before Layer.__init__ ran: call "
-                "`super().__init__(**kwargs)` at the start of your __init__.")
+        if name.startswith("_mf") or name in ("name", "autocast", "activity_regularizer"):
+            raise RuntimeError(SUPER_NOT_CALLED.format(cls=type(self).__name__))
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def built(self) -> bool:
-        """Whether ``build`` has run (set it in your own ``build``, as Keras)."""
+        """Whether ``build`` has run (a layer built by hand, ``layer.build(shape)``, is not
+        built again by its first call)."""
         return self._mf_built
 
     @built.setter
     def built(self, value: bool) -> None:
         self._mf_built = bool(value)
 
-    # -- weights -------------------------------------------------------------------------
-    def add_weight(self, shape: Any = None, initializer: Any = None, dtype: Any = None,
-                   trainable: bool = True, autocast: bool = True, regularizer: Any = None,
-                   constraint: Any = None, aggregation: str = "none",
-                   name: str | None = None) -> Variable:
-        """Creates a weight of this layer, as ``keras.layers.Layer.add_weight``.
-
-        Args:
-            shape: the weight's shape (default ``()``).
-            initializer: a Keras name (``"glorot_uniform"``, the default for floats;
-                ``"zeros"`` otherwise) or a callable ``(shape, dtype)``; a callable taking
-                ``key`` first (``jax.nn.initializers``) gets a key from the init stream.
-            dtype: default float32.
-            trainable: whether gradients update it (``trainable_weights``).
-            autocast: accepted for Keras compatibility (weights are read in their dtype).
-            regularizer: a name, config or callable penalty, added to ``losses``.
-            constraint: a callable ``w -> w`` applied after each optimizer update.
-            aggregation: how replicas combine assignments (see `mirrorfit.Variable`).
-            name: the weight's name (its path is ``"<layer name>/<name>"``); default
-                ``"variable_<n>"``, numbered within the layer.
-
-        Returns:
-            The new `mirrorfit.Variable`.
-
-        Raises:
-            ValueError: a name this layer already uses.
-        """
-        del autocast
-        dtype = jnp.dtype(dtype or jnp.float32)
-        name = name or f"variable_{len(self._mf_own)}"
-        if any(v.name == name for v in self._mf_own):
-            raise ValueError(f"Layer {self.name!r} already has a weight named {name!r}; give "
-                             f"each add_weight its own name=. Received: name={name!r}")
-        variable = Variable(_initializer(initializer, dtype), shape=tuple(shape or ()),
-                            dtype=dtype, trainable=trainable and self._mf_trainable, name=name,
-                            aggregation=aggregation,
-                            regularizer=regularizers.get(regularizer), constraint=constraint)
-        variable.path = f"{self.name}/{name}"
-        self._mf_own.append(variable)
-        return variable
-
-    add_variable = add_weight
-
-    def __mf_variables__(self) -> list[tuple[Any, Any]]:
-        """Own weights first (creation order), then the attributes' (Keras' order)."""
-        own = [((v.name,), v) for v in self._mf_own]
-        return [*own, *self._mf_children()]
-
-    def _mf_children(self) -> list[tuple[str, Any]]:
-        return [(name, value) for name, value in tracking.attribute_children(self)
-                if name not in self._mf_skip]
-
-    @property
-    def variables(self) -> list[Variable]:
-        """Every variable of this layer and the layers below it, in Keras' order."""
-        return tracking.variables_of(self)
-
-    @property
-    def weights(self) -> list[Variable]:
-        return self.variables
-
-    @property
-    def trainable_variables(self) -> list[Variable]:
-        return [v for v in self.variables if v.trainable]
-
-    trainable_weights = trainable_variables
-
-    @property
-    def non_trainable_variables(self) -> list[Variable]:
-        return [v for v in self.variables if not v.trainable]
-
-    non_trainable_weights = non_trainable_variables
-
-    @property
-    def trainable(self) -> bool:
-        return self._mf_trainable
-
-    @trainable.setter
-    def trainable(self, value: bool) -> None:
-        """Freezes (or unfreezes) this layer and every weight and layer below it."""
-        self._mf_trainable = bool(value)
-        for variable in self.variables:
-            variable.trainable = bool(value)
-        for layer in self._sublayers():
-            if is_keras_layer(layer):
-                layer._mf_trainable = bool(value)
-
-    def _sublayers(self) -> Iterator[Any]:
-        """Layers (this package's and Flax ones) held in attributes, depth first."""
-        def visit(value: Any) -> Iterator[Any]:
-            if isinstance(value, (list, tuple)):
-                for item in value:
-                    yield from visit(item)
-            elif isinstance(value, dict):
-                for item in value.values():
-                    yield from visit(item)
-            elif hasattr(value, "__mf_variables__") and not isinstance(value, Variable):
-                yield value
-                if is_keras_layer(value):
-                    yield from value._sublayers()
-        for _, child in self._mf_children():
-            yield from visit(child)
-
-    @property
-    def layers(self) -> list[Any]:
-        """The layers held directly in attributes (Keras' ``_layers``)."""
-        found: list[Any] = []
-        for _, child in self._mf_children():
-            stack = [child]
-            while stack:
-                value = stack.pop(0)
-                if isinstance(value, (list, tuple)):
-                    stack[:0] = list(value)
-                elif isinstance(value, dict):
-                    stack[:0] = list(value.values())
-                elif hasattr(value, "__mf_variables__") and not isinstance(value, Variable):
-                    found.append(value)
-        return found
-
-    def get_weights(self) -> list[Any]:
-        """The weights as NumPy arrays, in `weights` order."""
-        return [v.numpy() for v in self.weights]
-
-    def set_weights(self, weights: list[Any]) -> None:
-        """Assigns NumPy arrays in `weights` order.
-
-        Raises:
-            ValueError: a different number of arrays, or a shape mismatch.
-        """
-        mine = self.weights
-        if len(weights) != len(mine):
-            raise ValueError(f"Layer {self.name!r} has {len(mine)} weights. Received: "
-                             f"{len(weights)} arrays")
-        for variable, value in zip(mine, weights):
-            variable.assign(value)
-
-    def count_params(self) -> int:
-        """The number of scalars in all weights."""
-        return sum(int(jnp.size(v.value)) for v in self.weights)
-
     # -- losses --------------------------------------------------------------------------
     def add_loss(self, loss: Any) -> None:
-        """Adds a scalar to this forward pass's ``losses`` (``fit`` adds them to the loss)."""
-        self._mf_losses.append(loss)
+        """Adds scalars (a tensor or a structure of them) to this forward pass's ``losses``;
+        ``fit`` adds them to the loss."""
+        self._mf_losses.extend(jax.tree.leaves(loss))
 
     @property
     def losses(self) -> list[Any]:
-        """This forward pass's ``add_loss`` values (this layer's, then those below) and the
-        weight regularizers' penalties of the current weights, as Keras 3."""
+        """The last forward pass's ``add_loss`` values (this layer's, then those of the
+        layers below), then the regularizers' penalties of the trainable weights' current
+        values, as Keras 3."""
         found = list(self._mf_losses)
         for layer in self._sublayers():
             found += list(getattr(layer, "_mf_losses", None) or [])
-        for variable in self.variables:
+        for variable in self.trainable_weights:
             if variable.regularizer is not None:
                 found.append(variable.regularizer(variable.value))
         return found
@@ -331,7 +196,8 @@ class Layer(metaclass=abc.ABCMeta):
     def build(self, input_shape: Any) -> None:
         """Creates the weights for inputs of ``input_shape`` (batch axis included).
 
-        The default creates none; sub-layers build when first called.
+        Called once, by the first call. The default creates none; sub-layers build when
+        first called.
         """
         del input_shape
         self._mf_built = True
@@ -340,55 +206,72 @@ class Layer(metaclass=abc.ABCMeta):
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The forward pass; subclasses implement it (``training`` and ``mask`` optional)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement call(self, inputs).")
+        raise NotImplementedError(f"Layer {type(self).__name__} does not have a `call()` "
+                                  "method implemented: define call(self, inputs).")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_super_called()
         if functional.is_symbolic((args, kwargs)):
-            return functional.symbolic_call(self, args, kwargs)
+            with name_scope(self.name, self):
+                self._maybe_build(args, kwargs)
+            outputs = functional.symbolic_call(self, args, kwargs)
+            self._clear_losses()  # the shape inference's values are traced
+            return outputs
         outer = call_context.current()
         training = kwargs.pop("training", None)
-        with call_context.call_context(training=training) as context:
+        with call_context.call_context(training=training) as context, \
+                name_scope(self.name, self):
             if outer is None:
                 self._clear_losses()
-            self._maybe_build(args, kwargs)
-            call_kwargs = self._call_kwargs(kwargs, context.training)
             if self.autocast:
-                args = self._cast(args)
-            outputs = self.call(*args, **call_kwargs)
+                args, kwargs = dtype_policies.convert_inputs((args, kwargs), self.compute_dtype)
+            self._maybe_build(args, kwargs)
+            outputs = self.call(*args, **call_spec.call_kwargs(self, kwargs, context.training))
             if self.activity_regularizer is not None:
-                first = jax.tree.leaves(outputs)[0]
-                self.add_loss(self.activity_regularizer(first) / first.shape[0])
+                for loss in call_spec.activity_losses(self.activity_regularizer, outputs):
+                    self.add_loss(loss)
+        self._mf_built = True
         return outputs
-
-    def _call_kwargs(self, kwargs: dict[str, Any], training: bool | None) -> dict[str, Any]:
-        params = inspect.signature(self.call).parameters
-        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if ("training" in params or takes_kwargs) and training is not None:
-            kwargs["training"] = training
-        if "mask" in kwargs and kwargs["mask"] is None and "mask" not in params:
-            kwargs.pop("mask")
-        return kwargs
 
     def _maybe_build(self, args: tuple, kwargs: dict[str, Any]) -> None:
         if self._mf_built:
             return
-        first = args[0] if args else next(iter(kwargs.values()), None)
-        shapes = jax.tree.map(lambda a: tuple(jnp.shape(a)), first)
         if not getattr(type(self).build, "_mf_default_build", False):  # the user's build
-            self.build(shapes)
+            self.build(**call_spec.build_arguments(self, args, kwargs))
         self._mf_built = True
 
+    # -- dtypes --------------------------------------------------------------------------
     @property
-    def compute_dtype(self) -> Any:
-        name = getattr(self.dtype, "name", self.dtype)
-        return _FLOAT_DTYPES.get(name, jnp.dtype(name) if name else jnp.float32)
+    def dtype_policy(self) -> Any:
+        """The dtype policy: the policy object given (``mf.mixed_precision.Policy``), else
+        its name (``"float32"`` when none was given). Settable."""
+        policy = self.__dict__.get("_mf_policy_object")
+        return policy if policy is not None else self._mf_dtype_policy or "float32"
 
-    def _cast(self, args: Any) -> Any:
-        dtype = self.compute_dtype
-        if dtype == jnp.float32:
-            return args
-        return jax.tree.map(lambda a: a.astype(dtype) if hasattr(a, "dtype") and jnp.issubdtype(
-            a.dtype, jnp.floating) else a, args)
+    @dtype_policy.setter
+    def dtype_policy(self, value: Any) -> None:
+        self._mf_dtype_policy = dtype_policies.policy_name(value)
+        self._mf_policy_object = value if hasattr(value, "compute_dtype") else None
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype inputs are cast to (``"bfloat16"`` under ``"mixed_bfloat16"``)."""
+        return dtype_policies.compute_dtype(self._mf_dtype_policy)
+
+    @property
+    def variable_dtype(self) -> str:
+        """The dtype weights are created in (float32 under the mixed policies)."""
+        return dtype_policies.variable_dtype(self._mf_dtype_policy)
+
+    @property
+    def dtype(self) -> str:
+        """The variable dtype, as Keras' ``layer.dtype``."""
+        return self.variable_dtype
+
+    @property
+    def input_dtype(self) -> str:
+        """The dtype floating inputs are cast to (when ``autocast``)."""
+        return self.compute_dtype
 
     @property
     def declared_input_shape(self) -> tuple[int, ...] | None:
@@ -399,33 +282,41 @@ class Layer(metaclass=abc.ABCMeta):
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments, as ``keras.layers.Layer.get_config``.
 
-        The default returns the arguments the layer was constructed with, when they are
-        JSON-able (as Keras 3's auto-config); override it otherwise.
+        ``{"name", "trainable", "dtype"}`` (and ``"activity_regularizer"``); a subclass that
+        does not override ``get_config`` adds the arguments it was constructed with, with
+        their defaults (Keras 3's auto-config), when they are strings, numbers, bools or
+        None (also in lists and dicts). Override it otherwise, starting from
+        ``super().get_config()``.
 
         Raises:
-            NotImplementedError: the arguments are not JSON-able and get_config is not
-                overridden.
+            NotImplementedError: get_config is not overridden and the constructor got other
+                values (or positional-only / ``*args`` arguments).
         """
-        config: dict[str, Any] = {"name": self.name, "trainable": self.trainable}
-        if self.dtype is not None:
-            config["dtype"] = str(getattr(self.dtype, "name", self.dtype))
-        arguments = self._mf_auto_config
-        try:
-            json.dumps(arguments)
-        except TypeError:
-            arguments = None
-        if arguments is None:
-            raise NotImplementedError(
-                f"{type(self).__name__}.get_config: its constructor arguments are not JSON-able "
-                f"(Received: {self._mf_auto_config!r}); override get_config() to return them, "
-                "and from_config() if they need rebuilding.")
-        return {**config, **arguments}
+        self._check_super_called()
+        base: dict[str, Any] = {"trainable": self.trainable, "dtype": self._mf_dtype_policy}
+        if self.activity_regularizer is not None:
+            base["activity_regularizer"] = regularizers.serialize(self.activity_regularizer)
+        if type(self).get_config is not Layer.get_config:  # an override extends this
+            return {"name": self.name, **base}
+        return auto_config.generated_config(self, base)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Layer:
-        """``cls(**config)``, as ``keras.layers.Layer.from_config``."""
-        return cls(**config)
+        """``cls(**config)``, as ``keras.layers.Layer.from_config``.
+
+        Raises:
+            TypeError: the constructor does not take the config's keys (add ``**kwargs``
+                to ``__init__`` and pass them to ``super().__init__``, or override
+                from_config).
+        """
+        try:
+            return cls(**config)
+        except TypeError as err:
+            raise TypeError(
+                f"{cls.__name__}.from_config could not call {cls.__name__}(**config): {err}. "
+                "Take **kwargs in __init__ and pass them to super().__init__(**kwargs) (the "
+                "config holds name, trainable and dtype), or override from_config. Received: "
+                f"config={config!r}") from err
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
-

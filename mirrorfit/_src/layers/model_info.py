@@ -1,7 +1,10 @@
 """Questions about a model module of ``mirrorfit.layers``: its layers, inputs and frozen params.
 
 These work on both a `FunctionalModule` and a `SequentialModule` (`is_layers_model`), and
-`freeze_non_trainable` turns the frozen params into an optimizer that leaves them alone.
+`freeze_non_trainable` turns the frozen params into an optimizer that leaves them alone. A
+frozen layer freezes its whole param subtree; a Keras-style layer also freezes each of its
+weights that is not trainable now (a sub-layer set ``trainable = False`` after the model
+was built), under the key `mirrorfit._src.layers.flax_bridge.LayerNode` stores it at.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import optax
 
 from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor
 from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.variables import tracking
 
 
 def is_layers_model(module: Any) -> bool:
@@ -49,17 +53,36 @@ def get_layer(module: nn.Module, name: str) -> Any:
     return layers[name]
 
 
-def non_trainable_paths(module: nn.Module) -> list[tuple[str]]:
-    """Param-tree prefixes ``(layer_name,)`` of the layers with ``trainable=False``."""
-    return [(name,) for name, layer in model_layers(module)
-            if not getattr(layer, "trainable", True)]
+def non_trainable_paths(module: nn.Module) -> list[tuple[str, ...]]:
+    """Param-tree prefixes of frozen weights: ``(layer_name,)`` for a layer with
+    ``trainable=False``, ``(layer_name, key)`` for a non-trainable weight of a trainable
+    Keras-style layer (``key``: its ``"/"``-joined attribute path)."""
+    paths: list[tuple[str, ...]] = []
+    for name, layer in model_layers(module):
+        if not getattr(layer, "trainable", True):
+            paths.append((name,))
+        elif not isinstance(layer, nn.Module) and hasattr(layer, "__mf_variables__"):
+            paths += [(name, "/".join(path)) for path, variable in tracking.walk(layer)
+                      if not variable.trainable]
+    return paths
+
+
+def frozen_tree(params: Any, frozen: Any) -> Any:
+    """A bool pytree like ``params``: ``True`` under the prefixes in ``frozen``."""
+    def mark(tree: Any, path: tuple[str, ...]) -> Any:
+        if path in frozen:
+            return jax.tree.map(lambda _: True, tree)
+        if isinstance(tree, dict) and len(path) < 2:
+            return {key: mark(value, (*path, key)) for key, value in tree.items()}
+        return jax.tree.map(lambda _: False, tree)
+    return mark(params, ())
 
 
 def trainable_mask(module: nn.Module, params: Any) -> Any:
-    """A bool pytree like ``params``: ``False`` under non-trainable layers (for
-    ``optax.masked`` / ``optax.set_to_zero`` freezing)."""
-    frozen = {p[0] for p in non_trainable_paths(module)}
-    return {k: jax.tree.map(lambda _, t=k not in frozen: t, v) for k, v in params.items()}
+    """A bool pytree like ``params``: ``False`` under frozen layers and weights
+    (`non_trainable_paths`), for ``optax.masked`` / ``optax.set_to_zero`` freezing."""
+    frozen = frozen_tree(params, set(non_trainable_paths(module)))
+    return jax.tree.map(lambda f: not f, frozen)
 
 
 def freeze_non_trainable(tx: optax.GradientTransformation, module: Any
@@ -70,15 +93,11 @@ def freeze_non_trainable(tx: optax.GradientTransformation, module: Any
     decay (their update, decay included, is set to zero after ``tx``). Returns ``tx`` itself
     when nothing is frozen.
     """
-    frozen = ({path[0] for path in non_trainable_paths(module)}
-              if is_layers_model(module) else set())
+    frozen = set(non_trainable_paths(module)) if is_layers_model(module) else set()
     if not frozen:
         return tx
-
-    def frozen_mask(params: Any) -> Any:
-        return {key: jax.tree.map(lambda _, f=key in frozen: f, value)
-                for key, value in params.items()}
-    return optax.chain(tx, optax.masked(optax.set_to_zero(), frozen_mask))
+    return optax.chain(tx, optax.masked(optax.set_to_zero(),
+                                        lambda params: frozen_tree(params, frozen)))
 
 
 def input_spec(module: nn.Module) -> Any:

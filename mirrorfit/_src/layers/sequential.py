@@ -1,4 +1,8 @@
-"""Keras' ``Sequential`` as a Flax module: layers run in order, each under its name."""
+"""Keras' ``Sequential`` as a Flax module: layers run in order, each under its name.
+
+A Sequential led by an `Input` builds its Keras-style layers on symbolic tensors at once, as
+Keras' ``Sequential.build`` does (their ``build`` gets a ``None`` batch axis).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
+import jax
 
 from mirrorfit._src.layers.functional import (
     Input,
@@ -15,6 +20,8 @@ from mirrorfit._src.layers.functional import (
     assign_names,
     mode_kwargs,
 )
+
+_PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -37,6 +44,37 @@ class SequentialModule(nn.Module):
             call = as_module(layer, name, self)
             x = call(x, **mode_kwargs(call, training))
         return x
+
+
+def _is_keras_style(layer: Any) -> bool:
+    return not isinstance(layer, nn.Module) and hasattr(layer, "__mf_variables__")
+
+
+def output_shapes(layers: Sequence[Any], input_shape: Sequence[int | None], dtype: Any
+                  ) -> list[Any]:
+    """Each layer's output shape, ``(None, ...)``, for inputs of ``input_shape`` (batch
+    first; its size is ignored).
+
+    Flax layers and functions are traced with ``jax.eval_shape``; Keras-style layers are
+    called on symbolic tensors, which builds them with a ``None`` batch axis.
+    """
+    x: Any = jax.ShapeDtypeStruct((_PROBE_BATCH, *input_shape[1:]), dtype)
+    rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+    shapes = []
+    for layer in layers:
+        if isinstance(layer, nn.Module):
+            kwargs = mode_kwargs(layer, False)
+            unbound = layer.clone(parent=None, name=None)
+            x = jax.eval_shape(
+                lambda a, u=unbound, kw=kwargs: u.init_with_output(rngs, a, **kw)[0], x)
+        elif _is_keras_style(layer):
+            out = layer(jax.tree.map(lambda s: KerasTensor((None, *s.shape[1:]), s.dtype), x))
+            x = jax.tree.map(
+                lambda t: jax.ShapeDtypeStruct((_PROBE_BATCH, *t.shape[1:]), t.dtype), out)
+        else:
+            x = jax.eval_shape(layer, x)
+        shapes.append(jax.tree.map(lambda s: (None, *s.shape[1:]), x))
+    return shapes
 
 
 def sequential_module(layers: Sequence[Any], name: str | None = None
@@ -71,5 +109,7 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
         if isinstance(layer, KerasTensor) or not callable(layer):
             raise TypeError("Sequential takes layers (an Input may come first only). "
                             f"Received: layers[{i}]={layer!r}")
+    if first is not None and any(_is_keras_style(layer) for layer in layers):
+        output_shapes(layers, first.shape, first.dtype)  # builds them, as Keras
     stack = Stack(tuple(layers), assign_names(layers), first)
     return SequentialModule(stack, name=name), None if first is None else first.shape

@@ -24,7 +24,6 @@ from mirrorfit._src.utils.naming import snake_case
 
 # Keras' layouts: (line length, column positions) without and with "Connected to".
 _LAYOUTS = {True: (88, (0.45, 0.80, 1.0)), False: (108, (0.3, 0.56, 0.74, 1.0))}
-_PROBE_BATCH = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +67,6 @@ def _count(tree: Any) -> tuple[int, int]:
             sum(math.prod(np.shape(x)) * np.dtype(x.dtype).itemsize for x in leaves))
 
 
-def _symbolic_shape(tree: Any) -> Any:
-    return jax.tree.map(lambda s: (None, *s.shape[1:]), tree)
-
-
 def _sequential_shapes(module: sequential.SequentialModule, sample_input: Any) -> list[Any]:
     spec = module.stack.input
     if sample_input is not None:
@@ -81,19 +76,7 @@ def _sequential_shapes(module: sequential.SequentialModule, sample_input: Any) -
     else:
         raise ValueError("summary_rows needs sample_input for a Sequential model without an "
                          "Input layer. Received: sample_input=None")
-    x: Any = jax.ShapeDtypeStruct((_PROBE_BATCH, *shape[1:]), dtype)
-    rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
-    shapes = []
-    for layer in module.stack.layers:
-        if isinstance(layer, nn.Module):
-            kwargs = functional.mode_kwargs(layer, False)
-            unbound = layer.clone(parent=None, name=None)
-            x = jax.eval_shape(
-                lambda a, u=unbound, kw=kwargs: u.init_with_output(rngs, a, **kw)[0], x)
-        else:
-            x = jax.eval_shape(layer, x)
-        shapes.append(_symbolic_shape(x))
-    return shapes
+    return sequential.output_shapes(module.stack.layers, shape, dtype)
 
 
 def _functional_shapes(module: functional.FunctionalModule) -> list[Any]:
@@ -124,8 +107,9 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         sample_input: an input batch; needed only for a Sequential without an `Input`.
 
     Returns:
-        A `Summary`. Params of a ``trainable=False`` layer, and every non-``"params"``
-        collection (BatchNorm's moving statistics), count as non-trainable, as Keras.
+        A `Summary`. Params of a ``trainable=False`` layer (and a Keras-style layer's
+        non-trainable weights), and every non-``"params"`` collection (BatchNorm's moving
+        statistics), count as non-trainable, as Keras.
 
     Raises:
         ValueError: a Sequential without `Input` and no ``sample_input``.
@@ -156,15 +140,18 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
     else:
         shapes = _sequential_shapes(cast(sequential.SequentialModule, module), sample_input)
     totals = {"trainable": [0, 0], "non_trainable": [0, 0]}
+    frozen = set(model_info.non_trainable_paths(module))
     for (name, layer), shape in zip(layers, shapes):
         counts = {"trainable": (0, 0), "non_trainable": (0, 0)}
         for collection, tree in variables.items():
             if collection in ("losses", "intermediates") or name not in tree:
                 continue
-            kind = ("trainable" if collection == "params" and getattr(layer, "trainable", True)
-                    else "non_trainable")
-            n, size = _count(tree[name])
-            counts[kind] = (counts[kind][0] + n, counts[kind][1] + size)
+            marks = (jax.tree.leaves(model_info.frozen_tree({name: tree[name]}, frozen))
+                     if collection == "params" else None)
+            for i, leaf in enumerate(jax.tree.leaves(tree[name])):
+                kind = "non_trainable" if marks is None or marks[i] else "trainable"
+                n, size = _count(leaf)
+                counts[kind] = (counts[kind][0] + n, counts[kind][1] + size)
         for kind, (n, size) in counts.items():
             totals[kind][0] += n
             totals[kind][1] += size

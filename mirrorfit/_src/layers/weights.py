@@ -4,8 +4,9 @@ Keras lists a model's weights layer by layer (``model.layers`` order: Sequential
 the functional graph's depth order), and within a layer as it creates them: kernel before
 bias, ``gamma, beta, moving_mean, moving_variance`` for BatchNormalization, ``kernel,
 recurrent_kernel, bias`` for recurrent cells, and the ``query, key, value,
-attention_output`` sublayers of MultiHeadAttention. Flax dicts come back key-sorted from JAX
-transformations, so the order is rebuilt from names, never from dict order.
+attention_output`` sublayers of MultiHeadAttention. A Keras-style `Layer` lists its weights
+in its own ``layer.weights`` order. Flax dicts come back key-sorted from JAX transformations,
+so the order is rebuilt from names, never from dict order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import flax.linen as nn
 import numpy as np
 
 from mirrorfit._src.layers.model_info import model_layers
+from mirrorfit._src.variables import tracking
 
 # Keras' creation order of weight and sublayer names inside one layer.
 _CREATION_ORDER = ("query", "key", "value", "attention_output", "depthwise_kernel",
@@ -46,7 +48,8 @@ def keras_weight_order(module: nn.Module, variables: dict[str, Any]) -> list[Wei
 
     Returns:
         Per layer in ``model.layers`` order: its ``"params"`` (trainable in Keras) then its
-        other collections (BatchNorm's moving statistics), each in Keras' creation order.
+        other collections (BatchNorm's moving statistics), each in Keras' creation order;
+        a Keras-style layer's in its ``weights`` order.
 
     Raises:
         TypeError: ``module`` is not a functional or sequential module.
@@ -61,11 +64,26 @@ def keras_weight_order(module: nn.Module, variables: dict[str, Any]) -> list[Wei
     collections = ["params"] + sorted(c for c in variables if c != "params"
                                       and c not in _NOT_WEIGHTS)
     order: list[WeightPath] = []
-    for name, _ in model_layers(module):
+    for name, layer in model_layers(module):
+        if not isinstance(layer, nn.Module) and hasattr(layer, "__mf_variables__"):
+            order += _object_order(layer, name, variables, collections)
+            continue
         for collection in collections:
             subtree = variables.get(collection, {}).get(name)
             if isinstance(subtree, dict):
                 order += [(collection, path) for path in _ordered(subtree, (name,))]
+    return order
+
+
+def _object_order(layer: Any, name: str, variables: dict[str, Any],
+                  collections: list[str]) -> list[WeightPath]:
+    """A Keras-style layer's weights (keyed by their joined attribute paths under ``name``,
+    as `mirrorfit._src.layers.flax_bridge.LayerNode` stores them) in ``layer.weights`` order."""
+    order: list[WeightPath] = []
+    for path, _ in tracking.walk(layer):
+        key = "/".join(path)
+        order += [(c, (name, key)) for c in collections
+                  if key in (variables.get(c, {}).get(name) or {})][:1]
     return order
 
 

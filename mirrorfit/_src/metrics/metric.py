@@ -8,9 +8,16 @@ A metric has two faces, and this module owns both:
   the accumulated sums into the logged value. Sums add up the same way whatever the replica
   count and however a partial batch is padded, so results are exact.
 * **stateful**, for custom loops, as ``keras.metrics.Metric``: ``update_state``,
-  ``result()``, ``reset_state()``. It accepts NumPy/JAX arrays and what
-  ``strategy.run`` returns (`PerReplica`, `Mirrored`, distributed batches), drops their
-  padding rows, and accumulates the same statistics on the host (float64 NumPy).
+  ``result()``, ``reset_state()``. The accumulated statistics are float32 `Variable` s
+  (``metric.variables``) with ``aggregation="sum"``. Outside a compiled function
+  ``update_state`` accepts NumPy/JAX arrays and what ``strategy.run`` returns
+  (`PerReplica`, `Mirrored`, distributed batches) and drops their padding rows; inside one
+  (a replica function of ``strategy.run``, `mirrorfit.function`, a ``train_step``) it adds
+  this replica's rows (padding rows excluded through the replica context's mask), and
+  ``strategy.run`` adds the replicas' changes, so after the call the metric holds the
+  global totals, as a ``tf.distribute`` metric does. Keras 3's JAX API
+  (``stateless_update_state``, ``stateless_result``, ``stateless_reset_state``) maps the
+  variables to given values instead.
 """
 
 from __future__ import annotations
@@ -22,12 +29,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
+from mirrorfit._src.distribute.replica_context import get_replica_context
 from mirrorfit._src.distribute.values import Mirrored, PerReplica, batch_mask
 from mirrorfit._src.utils.naming import snake_case
+from mirrorfit._src.variables import placement
+from mirrorfit._src.variables.stateless_scope import StatelessScope
+from mirrorfit._src.variables.variable import Variable
 
 Stats = Any  # A pytree of arrays holding sums over examples.
 MetricFn = Callable[[jax.Array, jax.Array], jax.Array]
+TOTAL_AND_COUNT = {"total": (), "count": ()}  # the statistics' shapes of a weighted mean
 
 
 def array_namespace(*trees: Any) -> Any:
@@ -72,13 +85,31 @@ def _flatten_replicas(value: Any) -> tuple[Any, Any]:
     return np.asarray(value), None if mask is None else np.asarray(mask)
 
 
+def _check_rows(name: str, arrays: Sequence[Any]) -> int:
+    """The number of rows of ``update_state`` 's inputs (``y_true``, ``y_pred``), equal."""
+    rows = arrays[0].shape[0]
+    for label, values in zip(("y_true", "y_pred"), arrays):
+        if values.shape[0] != rows:
+            raise ValueError(
+                f"Metric {name!r}: update_state inputs must have the same number of "
+                f"rows. Received: {label} with {values.shape[0]} rows, {rows} expected")
+    return rows
+
+
+def _value_in(scope: StatelessScope, variable: Variable) -> Any:
+    found = scope.get_current_value(variable)
+    return variable.value if found is None else found
+
+
 class Metric:
     """Base class for metrics; subclass it to write your own.
 
     Implement ``update`` (sums over the rows of one per-replica batch) and ``result`` (the
     value from accumulated sums). ``fit`` adds the statistics over replicas and batches;
     padding rows arrive with ``sample_weight == 0`` and must not contribute. The stateful
-    methods (``update_state``, ``result()``, ``reset_state``) come for free.
+    methods (``update_state``, ``result()``, ``reset_state``, ``variables`` and Keras 3's
+    ``stateless_*``) come for free: the statistics' variables are created on the first
+    ``update_state``.
 
     Args:
         name: key of the metric in the logs; defaults to the class name in snake_case.
@@ -102,8 +133,16 @@ class Metric:
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or snake_case(type(self).__name__)
-        self._state: Stats | None = None
+        self._mf_statistics: list[Variable] = []
+        self._mf_treedef: Any = None
         self._jitted_update: Callable | None = None
+        # Where this metric's variables go when they are created later (in the first
+        # update_state, maybe inside strategy.run): where variables created now would go.
+        self._mf_sharding = getattr(placement.place(np.zeros((), np.float32)), "sharding", None)
+        known = self._known_statistics()
+        if known is not None:
+            self._build(jax.tree.map(lambda shape: jax.ShapeDtypeStruct(shape, jnp.float32),
+                                     known, is_leaf=lambda x: isinstance(x, tuple)))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # A subclass writes ``result(self, stats)``; ``result()`` without statistics must
@@ -114,7 +153,7 @@ class Metric:
             @functools.wraps(fn)
             def result(self, stats: Stats | None = None) -> Any:
                 if stats is None:
-                    stats = getattr(self, "_state", None)
+                    stats = self._statistics()
                     if stats is None:  # nothing accumulated yet: 0, as Keras' zero variables
                         return np.float32(0.0)
                 return fn(self, stats)
@@ -162,12 +201,14 @@ class Metric:
 
         Args:
             y_true: targets ``[batch, ...]``: NumPy/JAX arrays, a distributed batch, a
-                `PerReplica` (``[num_replicas, per_replica_batch, ...]``) or a `Mirrored`.
+                `PerReplica` (``[num_replicas, per_replica_batch, ...]``) or a `Mirrored`;
+                inside a replica function, this replica's rows.
             y_pred: predictions, the same kinds; `PerReplica` rows line up with the
                 distributed batch they were computed from.
             sample_weight: ``None`` or ``[batch]`` weights (same kinds).
 
-        Padding rows (from a `PerReplica` mask or a distributed batch's mask) are dropped.
+        Padding rows (from a `PerReplica` mask, a distributed batch's mask, or inside a
+        replica function the replica context's mask) are dropped.
 
         Raises:
             ValueError: if the inputs disagree on the number of rows.
@@ -176,32 +217,127 @@ class Metric:
 
     def reset_state(self) -> None:
         """Zeroes the state, as ``keras.metrics.Metric.reset_state``."""
-        if getattr(self, "_state", None) is not None:
-            self._state = jax.tree.map(np.zeros_like, self._state)
+        for variable in self.variables:
+            variable.assign(jnp.zeros(variable.shape, variable.dtype))
+
+    def reset_states(self) -> None:
+        """`reset_state`, under tf.keras 2's name."""
+        self.reset_state()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """``update_state(*args, **kwargs)``, then ``result()``, as Keras."""
         self.update_state(*args, **kwargs)
         return self.result()
 
+    @property
+    def variables(self) -> list[Variable]:
+        """The accumulated statistics as float32 `Variable` s (``aggregation="sum"``), in
+        the order of ``update`` 's flattened output; empty before the first update of a
+        metric whose statistics' shapes depend on the data."""
+        return list(getattr(self, "_mf_statistics", []))
+
+    def __mf_variables__(self) -> list[tuple[tuple[str, ...], Variable]]:
+        return [((v.name,), v) for v in self.variables]
+
+    def stateless_update_state(self, metric_variables: Sequence[Any], *args: Any,
+                               **kwargs: Any) -> list[Any]:
+        """`update_state` as a pure function of values, as Keras 3's JAX API.
+
+        Args:
+            metric_variables: the values of `variables`, in order.
+            *args, **kwargs: `update_state` 's arguments.
+
+        Returns:
+            The new values of `variables`; no `Variable` changes.
+
+        Raises:
+            ValueError: if ``metric_variables`` has the wrong length.
+        """
+        with self._mapped(metric_variables) as scope:
+            self.update_state(*args, **kwargs)
+        return [_value_in(scope, v) for v in self.variables]
+
+    def stateless_result(self, metric_variables: Sequence[Any]) -> Any:
+        """``result()`` of the statistics ``metric_variables`` (values of `variables`)."""
+        with self._mapped(metric_variables):
+            return self.result()
+
+    def stateless_reset_state(self) -> list[Any]:
+        """The values of `variables` after `reset_state`; no `Variable` changes."""
+        with StatelessScope() as scope:
+            self.reset_state()
+        return [_value_in(scope, v) for v in self.variables]
+
+    def _mapped(self, metric_variables: Sequence[Any]) -> StatelessScope:
+        own = self.variables
+        if len(metric_variables) != len(own):
+            raise ValueError(f"Metric {self.name!r}: metric_variables must hold one value per "
+                             f"variable of metric.variables, in order: {len(own)} values. "
+                             f"Received: {len(metric_variables)} values")
+        return StatelessScope(zip(own, metric_variables))
+
+    def _known_statistics(self) -> Any:
+        """The statistics' shapes (a pytree of tuples) when they do not depend on the data,
+        so the variables exist from the start (Keras creates them in ``__init__``)."""
+        return None
+
+    def _statistics(self) -> Stats | None:
+        """The accumulated statistics (the variables' values), or ``None`` before any."""
+        variables = getattr(self, "_mf_statistics", None)
+        if not variables:
+            return None
+        return jax.tree.unflatten(self._mf_treedef, [v.value for v in variables])
+
+    def _build(self, shapes: Any) -> None:
+        """Creates one zero float32 variable per statistic (``shapes``: ShapeDtypeStructs)."""
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+        sharding = getattr(self, "_mf_sharding", None)
+        place = (lambda v: v) if sharding is None else (lambda v: jax.device_put(v, sharding))
+        with jax.ensure_compile_time_eval(), placement.placing(place):
+            self._mf_statistics = [
+                Variable(jnp.zeros(leaf.shape, jnp.float32), trainable=False,
+                         name=jax.tree_util.keystr(path, simple=True, separator="/"),
+                         aggregation="sum")
+                for path, leaf in leaves]
+        self._mf_treedef = treedef
+
     def _accumulate(self, arrays: tuple, sample_weight: Any) -> None:
-        """Adds the statistics of one batch of ``update_state`` inputs to the state."""
-        stats = jax.tree.map(lambda leaf: np.asarray(leaf, np.float64),
-                             self._batch_stats(arrays, sample_weight))
-        state = getattr(self, "_state", None)
-        self._state = stats if state is None else jax.tree.map(np.add, state, stats)
+        """Adds the statistics of one batch of ``update_state`` inputs to the variables."""
+        if any(isinstance(leaf, Tracer) for leaf in jax.tree.leaves(
+                (arrays, sample_weight))):
+            stats = self._traced_stats(arrays, sample_weight)
+        else:
+            stats = jax.tree.map(np.asarray, self._batch_stats(arrays, sample_weight))
+        leaves, treedef = jax.tree.flatten(stats)
+        if not getattr(self, "_mf_statistics", None):
+            self._build(jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.float32),
+                                     stats))
+        elif treedef != self._mf_treedef:
+            raise ValueError(f"Metric {self.name!r}: update must return the same statistics "
+                             f"every time, {self._mf_treedef}. Received: {treedef}")
+        for variable, leaf in zip(self._mf_statistics, leaves):
+            variable.assign(variable.value + jnp.asarray(leaf, jnp.float32))
+
+    def _traced_stats(self, arrays: Sequence[Any], sample_weight: Any) -> Stats:
+        """``update`` on this replica's traced rows (inside a compiled function)."""
+        arrays = [jnp.atleast_1d(jnp.asarray(value)) for value in arrays]
+        rows = _check_rows(self.name, arrays)
+        weight = jnp.ones(rows, jnp.float32)
+        if sample_weight is not None:
+            weight = weight * jnp.broadcast_to(
+                jnp.asarray(sample_weight, jnp.float32).reshape(-1), (rows,))
+        mask = get_replica_context().mask
+        if mask is not None and mask.shape[0] == rows:
+            weight = weight * mask.astype(jnp.float32)
+        update: Callable[..., Stats] = self.update  # Mean and Sum take (values, weight)
+        return update(*arrays, weight)
 
     def _batch_stats(self, arrays: Sequence[Any], sample_weight: Any) -> Stats:
         """``update`` on host copies of ``arrays``, padding rows weighted 0."""
         flat = [_flatten_replicas(value) for value in arrays]
         arrays = [np.atleast_1d(values) for values, _ in flat]
         masks = [mask for _, mask in flat if mask is not None]
-        rows = arrays[0].shape[0]
-        for name, values in zip(("y_true", "y_pred"), arrays):
-            if values.shape[0] != rows:
-                raise ValueError(
-                    f"Metric {self.name!r}: update_state inputs must have the same number of "
-                    f"rows. Received: {name} with {values.shape[0]} rows, {rows} expected")
+        rows = _check_rows(self.name, arrays)
         weight = np.ones(rows, np.float32)
         if sample_weight is not None:
             sw, sw_mask = _flatten_replicas(sample_weight)

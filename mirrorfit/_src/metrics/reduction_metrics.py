@@ -13,7 +13,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.metrics.metric import Metric, MetricFn, divide_no_nan, weighted_sum
+from mirrorfit._src.metrics.metric import (
+    TOTAL_AND_COUNT,
+    Metric,
+    MetricFn,
+    divide_no_nan,
+    weighted_sum,
+)
 
 METRIC_SHAPES = (
     "Metric {name!r} could not compare y_true of shape {true} with y_pred of shape {pred}: "
@@ -63,6 +69,9 @@ class Mean(Metric):
         """``total / count`` (0 when ``count == 0``)."""
         return divide_no_nan(stats["total"], stats["count"])
 
+    def _known_statistics(self) -> Any:
+        return TOTAL_AND_COUNT if type(self).update is Mean.update else None
+
 
 class Sum(Metric):
     """The weighted sum of the values seen, as ``keras.metrics.Sum``.
@@ -89,6 +98,9 @@ class Sum(Metric):
     def result(self, stats: Any = None) -> Any:
         """The total."""
         return stats["total"]
+
+    def _known_statistics(self) -> Any:
+        return {"total": ()} if type(self).update is Sum.update else None
 
 
 class MeanMetricWrapper(Metric):
@@ -139,6 +151,9 @@ class MeanMetricWrapper(Metric):
     def result(self, stats: Any = None) -> Any:
         """Returns ``total / count`` (0 when ``count == 0``)."""
         return divide_no_nan(stats["total"], stats["count"])
+
+    def _known_statistics(self) -> Any:
+        return TOTAL_AND_COUNT if type(self).update is MeanMetricWrapper.update else None
 
     def get_config(self) -> dict[str, Any]:
         config = {"name": self.name, **self.fn_kwargs}

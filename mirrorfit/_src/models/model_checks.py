@@ -109,5 +109,11 @@ def checked_seed(seed: Any) -> int:
 
 
 def example_shape(input_shape: Any) -> Any:
-    """``input_shape`` with an int read as one axis: ``8`` -> ``(8,)``, as Keras' ``Input``."""
-    return (int(input_shape),) if is_int(input_shape) else input_shape
+    """``input_shape`` with an int read as one axis: ``8`` -> ``(8,)``, as Keras' ``Input``;
+    a leading ``None`` is Keras' batch axis and dropped: ``(None, 8)`` -> ``(8,)``, as a
+    subclassed model's ``build((None, 8))`` is written."""
+    if is_int(input_shape):
+        return (int(input_shape),)
+    if isinstance(input_shape, tuple) and input_shape and input_shape[0] is None:
+        return input_shape[1:]
+    return input_shape

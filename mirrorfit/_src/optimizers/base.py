@@ -6,7 +6,8 @@ instance *is* an ``optax.GradientTransformation`` (a subclass of it): ``init`` a
 around it (`optimizer_options.with_options`), so the learning rate lives in the optimizer
 state, ``opt_state.hyperparams["learning_rate"]`` (a float32 scalar), where learning-rate
 callbacks and checkpoints find it. On top, as a Keras optimizer: ``get_config`` /
-``from_config`` (JSON-able) and ``exclude_from_weight_decay``.
+``from_config`` (JSON-able), ``exclude_from_weight_decay``, and the stateful object API of
+custom loops (``apply_gradients`` on `Variable` s, `optimizers.stateful`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax
 import optax
 
 from mirrorfit._src.optimizers import options as options_lib
+from mirrorfit._src.optimizers.stateful import StatefulOptimizer
 
 LearningRate = float | optax.Schedule
 """A float, or an optax schedule evaluated at the train-step count (Keras' "real" iterations)."""
@@ -80,13 +82,15 @@ def _rebuild(cls: type[Optimizer], arguments: dict[str, Any], excluded: tuple[st
     return optimizer
 
 
-class Optimizer(optax.GradientTransformationExtraArgs):
+class Optimizer(StatefulOptimizer, optax.GradientTransformationExtraArgs):
     """Base class of the Keras-named optimizers; an ``optax.GradientTransformation``.
 
     Subclasses define ``__new__`` with Keras' signature and call `_create` with their
-    update rule. Instances are immutable tuples ``(init, update)`` apart from
-    `exclude_from_weight_decay`, which (as in Keras) must be called before the first
-    ``init``.
+    update rule. As optax transformations, instances are immutable tuples ``(init,
+    update)`` apart from `exclude_from_weight_decay`, which (as in Keras) must be called
+    before the first ``init``. As Keras optimizer objects (custom loops), they also keep
+    their state in `Variable` s: ``build``, ``apply_gradients``, ``apply``, ``variables``,
+    ``iterations`` and ``stateless_apply`` (`StatefulOptimizer`).
     """
 
     _arguments: dict[str, Any]  # the constructor's arguments, defaults included

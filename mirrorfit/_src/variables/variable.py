@@ -89,7 +89,10 @@ class Variable:
         if shape is not None and tuple(value.shape) != tuple(shape):
             raise ValueError(f"Variable {name!r}: the initial value has shape {value.shape}, "
                              f"not shape={tuple(shape)}")
-        self._value = value if _is_traced(value) else placement.place(value)
+        if not _is_traced(value):
+            with jax.ensure_compile_time_eval():  # created while tracing: still concrete
+                value = placement.place(value)
+        self._value = value
         self.name = name or "variable"
         self.path = self.name
         self.trainable = bool(trainable)
@@ -165,6 +168,10 @@ class Variable:
         return self.assign(self.value - jnp.asarray(value, self.dtype))
 
     # -- acting as the array -----------------------------------------------------------
+    # NumPy defers ``np_array @ v`` (and +, *, ...) to the Variable's reflected operator
+    # instead of converting it with __array__, which fails while its value is traced.
+    __array_priority__ = 100
+
     def __jax_array__(self) -> jax.Array:
         return self.value
 

@@ -1,0 +1,133 @@
+"""`keras_op`: one Keras 3 op name on one JAX function, with Keras' arguments.
+
+A table entry names the op, the JAX (or NumPy) function that computes it, and Keras'
+parameter list, e.g. ``keras_op("sum", "jax.numpy.sum", "x, axis=None, keepdims=False")``. The
+returned function:
+
+- takes Keras' arguments (positional or by name, with Keras' defaults, which it always passes
+  on), so ``ops.sum(x, 1, True)`` and ``ops.leaky_relu(x)`` (slope 0.2, not JAX's 0.01) mean
+  what they mean in Keras;
+- passes on by name the arguments the function knows by Keras' name (``axis=``,
+  ``keepdims=``), or by ``renames``; the leading ones it names differently (``x`` for
+  ``jnp.sum``'s ``a``, or positional-only) go by position;
+- reads `mirrorfit.Variable` arguments, also inside lists, tuples and dicts, as their values
+  (JAX 0.10 no longer converts objects through ``__jax_array__`` when tracing).
+
+It does nothing else: dtypes, broadcasting and errors are the JAX function's.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+
+from mirrorfit._src.variables.variable import Variable
+
+_P = inspect.Parameter
+
+
+def read_variables(tree: Any) -> Any:
+    """``tree`` with every `Variable` (a leaf, or inside lists/tuples/dicts) replaced by its
+    ``value``."""
+    return jax.tree.map(lambda v: v.value if isinstance(v, Variable) else v, tree,
+                        is_leaf=lambda v: isinstance(v, Variable))
+
+
+def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | None = None,
+             drop: Iterable[str] = ()) -> Callable[..., Any]:
+    """Keras' op ``name``, computed by the function at ``path``.
+
+    Args:
+        name: the Keras name (``"sum"``), the returned function's ``__name__``.
+        path: the dotted path of the function that computes it (``"jax.numpy.sum"``).
+        signature: Keras' parameter list, as Python source (``"x, axis=None,
+            keepdims=False"``); defaults are literals.
+        renames: Keras parameter name -> the function's keyword, where they differ and the
+            argument must go by name (``{"updates": "update"}``).
+        drop: Keras parameters accepted and not passed on, because the function has no such
+            option and Keras' JAX backend ignores them too (``unstack``'s ``num``).
+
+    Returns:
+        The op, with Keras' signature (``inspect.signature``) and a one-line docstring.
+    """
+    fn = _resolve(path)
+    keras = _parse(signature)
+    renames = dict(renames or {})
+    dropped = frozenset(drop)
+    positional = _positional(keras, _keyword_names(fn) | set(renames), dropped)
+
+    def op(*args: Any, **kwargs: Any) -> Any:
+        bound = keras.bind(*args, **kwargs)
+        bound.apply_defaults()
+        call_args: list[Any] = []
+        call_kwargs: dict[str, Any] = {}
+        for param_name, value in bound.arguments.items():
+            if param_name in dropped:
+                continue
+            value = read_variables(value)
+            kind = keras.parameters[param_name].kind
+            if kind is _P.VAR_POSITIONAL:
+                call_args.extend(value)
+            elif kind is _P.VAR_KEYWORD:
+                call_kwargs.update(value)
+            elif param_name in positional:
+                call_args.append(value)
+            else:
+                call_kwargs[renames.get(param_name, param_name)] = value
+        return fn(*call_args, **call_kwargs)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Keras' ``ops.{name}({signature})``, computed by ``{path}``."
+    op.__signature__ = keras  # type: ignore[attr-defined]
+    op.__wrapped__ = fn  # type: ignore[attr-defined]
+    return op
+
+
+def _resolve(path: str) -> Callable[..., Any]:
+    module, _, attribute = path.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _parse(signature: str) -> inspect.Signature:
+    """``"x, axis=None, *rest"`` -> the `inspect.Signature` of ``def f(x, axis=None, *rest)``."""
+    args = ast.parse(f"def f({signature}): pass").body[0].args  # type: ignore[attr-defined]
+    params = []
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [_P.empty] * (len(positional) - len(args.defaults)) + [
+        ast.literal_eval(d) for d in args.defaults]
+    params += [_P(a.arg, _P.POSITIONAL_OR_KEYWORD, default=d) for a, d in zip(positional, defaults)]
+    if args.vararg:
+        params.append(_P(args.vararg.arg, _P.VAR_POSITIONAL))
+    params += [_P(a.arg, _P.KEYWORD_ONLY,
+                  default=_P.empty if d is None else ast.literal_eval(d))
+               for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg:
+        params.append(_P(args.kwarg.arg, _P.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def _keyword_names(fn: Callable[..., Any]) -> set[str]:
+    """The parameters ``fn`` takes by name (none when its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)}
+
+
+def _positional(keras: inspect.Signature, by_name: set[str], dropped: frozenset[str]) -> set[str]:
+    """The leading Keras parameters passed by position: up to the last one the function does
+    not take by Keras' name, and every one before ``*args``."""
+    fixed = [p for p in keras.parameters.values() if p.kind is _P.POSITIONAL_OR_KEYWORD]
+    count = 0
+    for index, param in enumerate(fixed):
+        if param.name not in by_name and param.name not in dropped:
+            count = index + 1
+    if any(p.kind is _P.VAR_POSITIONAL for p in keras.parameters.values()):
+        count = len(fixed)
+    return {p.name for p in fixed[:count]}
