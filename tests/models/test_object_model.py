@@ -178,3 +178,43 @@ def test_summary_of_a_subclassed_model_lists_its_layers():
     for row in ("dense (Dense)", "dense_1 (Dense)", "dense_2 (Dense)"):
         assert row in text
     assert f"Total params: {sum(w.size for w in model.get_weights()):,}" in text
+
+
+def test_freezing_a_layer_takes_effect_at_the_next_compile():
+    model, _ = _fit_mlp(2)
+    model.hidden[0].trainable = False
+    frozen = model.hidden[0].weights[0].numpy().copy()
+    assert "0" in jax.device_get(model.params)["hidden"]  # still trained until recompiled
+    model.compile(mf.optimizers.SGD(0.1),
+                  mf.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert "0" not in jax.device_get(model.params)["hidden"]
+    assert [w.shape for w in model.non_trainable_weights] == [(4, 8), (8,)]
+    head = model.head.weights[0].numpy().copy()
+    model.fit(X, Y, batch_size=16, epochs=1, verbose=0)
+    np.testing.assert_array_equal(model.hidden[0].weights[0].numpy(), frozen)
+    assert not np.allclose(model.head.weights[0].numpy(), head)
+
+
+class NonNegative(mf.layers.Layer):
+    """A layer whose kernel is constrained to be >= 0 after every update."""
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 1), name="kernel",
+                                      initializer="ones",
+                                      constraint=lambda w: jnp.maximum(w, 0.0))
+
+    def call(self, inputs):
+        return inputs @ self.kernel
+
+
+def test_weight_constraints_apply_after_every_fit_update():
+    with mirrored_strategy(2).scope():
+        inputs = L.Input((4,))
+        layer = NonNegative()
+        model = mf.Model(inputs, layer(inputs))
+        model.compile(mf.optimizers.SGD(1.0), "mse")
+    # The target pulls every weight negative; unconstrained SGD would get there in one step.
+    model.fit(X, -10.0 * np.abs(X).sum(axis=1, keepdims=True), batch_size=8, epochs=1,
+              verbose=0)
+    kernel = layer.weights[0].numpy()
+    assert (kernel >= 0).all() and (kernel == 0).any()

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from mirrorfit._src.layers.name_scope import weight_path
+from mirrorfit._src.layers.name_scope import unique_name, weight_path
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables import call_context, tracking
 from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -69,7 +69,7 @@ def _create(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> dict[str,
             path: Variable(leaf, trainable=trainable and getattr(module, "trainable", True),
                            name="/".join(path), aggregation="none" if trainable else "mean")
             for path, leaf in traverse_util.flatten_dict(tree).items()}
-    owner = module.name or snake_case(type(module).__name__)
+    owner = module.name or unique_name(snake_case(type(module).__name__))
     for tree in bridge.values():
         for variable in tree.values():
             variable.path = weight_path(owner, module, variable.name)

@@ -19,7 +19,6 @@ Sequential model runs through the same module's `LayerNode`.
 from __future__ import annotations
 
 import abc
-import collections
 from typing import Any
 
 import jax
@@ -27,19 +26,10 @@ import jax
 from mirrorfit._src.layers import auto_config, call_spec, flax_bridge, functional, regularizers
 from mirrorfit._src.layers import dtype_policy as dtype_policies
 from mirrorfit._src.layers.layer_weights import SUPER_NOT_CALLED, LayerWeights
-from mirrorfit._src.layers.name_scope import name_scope
+from mirrorfit._src.layers.name_scope import name_scope, unique_name
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables import call_context
 from mirrorfit._src.variables.variable import Variable
-
-_NAME_COUNTS: collections.Counter[str] = collections.Counter()
-
-
-def unique_name(base: str) -> str:
-    """Keras' default layer names: ``base``, then ``base_1``, ``base_2``, ... per process."""
-    count = _NAME_COUNTS[base]
-    _NAME_COUNTS[base] += 1
-    return base if count == 0 else f"{base}_{count}"
 
 
 def is_keras_layer(value: Any) -> bool:

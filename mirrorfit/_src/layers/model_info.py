@@ -9,12 +9,14 @@ was built), under the key `mirrorfit._src.layers.flax_bridge.LayerNode` stores i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from flax import traverse_util
 
 from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor
 from mirrorfit._src.layers.sequential import SequentialModule
@@ -125,3 +127,37 @@ def sample_inputs(module: nn.Module, batch_size: int = 1) -> Any:
     def zeros(t: KerasTensor):
         return jnp.zeros((batch_size, *t.shape[1:]), t.dtype)
     return jax.tree.map(zeros, spec)
+
+
+def weight_constraints(module: Any) -> Callable[[Any], Any] | None:
+    """``params -> params`` applying each Keras-style weight's ``constraint`` (as Keras does
+    after every optimizer update), for a subclassed model or a functional/Sequential model
+    calling Keras-style layers; ``None`` for other modules. The constraints are read from
+    the variables when the step is traced (a subclassed model builds on its first batch)."""
+    if isinstance(module, nn.Module) and not is_layers_model(module):
+        return None
+    if is_layers_model(module):
+        nodes = [(name, layer) for name, layer in model_layers(module)
+                 if not isinstance(layer, nn.Module) and hasattr(layer, "__mf_variables__")]
+        if not nodes:
+            return None
+
+        def table() -> dict[tuple[str, ...], Any]:
+            return {(name, "/".join(path)): v.constraint for name, layer in nodes
+                    for path, v in tracking.walk(layer) if v.constraint is not None}
+    elif hasattr(module, "__mf_variables__"):
+        def table() -> dict[tuple[str, ...], Any]:
+            return {path: v.constraint for path, v in tracking.walk(module)
+                    if v.constraint is not None}
+    else:
+        return None
+
+    def constrain(params: Any) -> Any:
+        found = table()
+        if not found:
+            return params
+        flat = traverse_util.flatten_dict(params)
+        return traverse_util.unflatten_dict(
+            {k: found[k](v) if k in found else v for k, v in flat.items()})
+
+    return constrain

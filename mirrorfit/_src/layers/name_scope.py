@@ -11,6 +11,7 @@ This module imports nothing else from mirrorfit.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 from collections.abc import Iterator
@@ -49,3 +50,13 @@ def weight_path(owner: str, owner_object: Any, name: str) -> str:
     """The path of weight ``name`` created by ``owner_object`` (named ``owner``) now."""
     with name_scope(owner, owner_object):
         return f"{current_path()}/{name}"
+
+
+_NAME_COUNTS: collections.Counter[str] = collections.Counter()
+
+
+def unique_name(base: str) -> str:
+    """Keras' default layer names: ``base``, then ``base_1``, ``base_2``, ... per process."""
+    count = _NAME_COUNTS[base]
+    _NAME_COUNTS[base] += 1
+    return base if count == 0 else f"{base}_{count}"

@@ -28,6 +28,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax import traverse_util
 from jax._src import core as jax_core
 
 from mirrorfit._src.layers import flax_bridge, model_info
@@ -105,41 +106,40 @@ class ObjectModel:
 
     # -- the working copy: variables -> state -> variables ------------------------------
     def _pull(self) -> None:
-        """Copies variable values that changed since the last sync into the state."""
+        """Copies variable values that changed since the last sync into the state, each
+        where the state holds it (a `trainable` flag changed since the state was split takes
+        effect at the next ``compile``, as in Keras)."""
         state = self.__dict__.get("_mf_state")
         if state is None or self.__dict__.get("_mf_generation") == variables_lib.generation():
             return
         self.__dict__["_mf_generation"] = variables_lib.generation()
-        if self.is_subclassed:
-            pairs = tracking.walk(self)
-            if all(_synced(self, v) for _, v in pairs):
-                return
-            params, model_state = variable_trees(self)
-            if jax.tree.structure(params) != jax.tree.structure(state.params):
-                raise ValueError(
-                    "The model's trainable variables changed (a layer's `trainable` was set, "
-                    "or a layer was added) since it was compiled: call compile() again.")
-            self.state = state._replace(**self.strategy.replicate_arrays(
-                {"params": params, "model_state": model_state}))
-            _remember(self, pairs)
-            return
-        for name, layer in self._object_nodes():
-            pairs = tracking.walk(layer)
+        groups = ([((), tracking.walk(self))] if self.is_subclassed else
+                  [((name,), tracking.walk(layer)) for name, layer in self._object_nodes()])
+        for prefix, pairs in groups:
             if all(_synced(self, v) for _, v in pairs):
                 continue
-            params, rest = dict(state.params), dict(state.model_state)
-            for path, variable in pairs:
-                key = "/".join(path)
-                if variable.trainable:
-                    params[name] = {**params.get(name, {}), key: variable.value}
-                else:
-                    node = dict(rest.get(NON_TRAINABLE, {}))
-                    node[name] = {**node.get(name, {}), key: variable.value}
-                    rest[NON_TRAINABLE] = node
+            nested = self.is_subclassed  # a LayerNode keys its variables by "a/b" strings
+            values = {prefix + (path if nested else ("/".join(path),)): v.value
+                      for path, v in pairs}
+            rest = dict(state.model_state)
+            params = _refreshed(state.params, values)
+            if NON_TRAINABLE in rest:
+                rest[NON_TRAINABLE] = _refreshed(rest[NON_TRAINABLE], values)
             state = state._replace(**self.strategy.replicate_arrays(
                 {"params": params, "model_state": rest}))
             self.state = state
             _remember(self, pairs)
+
+    def _resplit(self) -> None:
+        """Splits a subclassed model's state again by its variables' current ``trainable``
+        flags (``compile`` calls it, before creating the optimizer state)."""
+        state = self.__dict__.get("_mf_state")
+        if state is None or not self.is_subclassed:
+            return
+        params, model_state = variable_trees(self)
+        self.state = state._replace(**self.strategy.replicate_arrays(
+            {"params": params, "model_state": model_state}))
+        _remember(self, tracking.walk(self))
 
     def _push(self) -> None:
         """Writes the state's values into the variables (subclassed models and the
@@ -202,6 +202,12 @@ def tree_leaf(tree: Any, key: tuple[str, ...]) -> Any:
     for part in key:
         tree = tree[part]
     return tree
+
+
+def _refreshed(tree: Any, values: dict[tuple[str, ...], Any]) -> Any:
+    """``tree`` (nested dicts) with the leaves at the paths of ``values`` replaced."""
+    flat = traverse_util.flatten_dict(tree)
+    return traverse_util.unflatten_dict({k: values.get(k, leaf) for k, leaf in flat.items()})
 
 
 def _synced(model: Any, variable: Any) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src.layers.model_info import freeze_non_trainable
+from mirrorfit._src.layers.model_info import freeze_non_trainable, weight_constraints
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
@@ -67,4 +67,5 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     if clashes:
         raise ValueError(f"Every metric needs its own log name; give the metrics distinct "
                          f"`name=`s. Received: metrics named {clashes} more than once")
-    return StepConfig(adapter, loss_fn, plain, tx, weighted, family)
+    return StepConfig(adapter, loss_fn, plain, tx, weighted, family,
+                      constrain=weight_constraints(module))

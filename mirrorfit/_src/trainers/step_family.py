@@ -50,6 +50,9 @@ class StepConfig(NamedTuple):
     # Whether the built-in train step checks its gradients for NaN/inf and skips the update
     # of a non-finite step and of every later one in the epoch (``fit`` with TerminateOnNaN).
     check_numerics: bool = False
+    # params -> params with the Keras-style weights' ``constraint`` s applied after each
+    # update, as Keras does (`mirrorfit._src.layers.model_info.weight_constraints`).
+    constrain: Callable[[Any], Any] | None = None
 
 
 class StepFamily(abc.ABC):

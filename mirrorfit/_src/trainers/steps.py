@@ -122,8 +122,9 @@ class BuiltinSteps(StepFamily):
                 grads = jax.tree.map(lambda g: g * scale, grad_sum)
                 update_fn = cfg.optimizer.update if scaler is None else scaler.handle_finite_grads
                 updates, opt_state = update_fn(grads, state.opt_state, state.params)
+                params = optax.apply_updates(state.params, updates)
                 return TrainState(
-                    params=optax.apply_updates(state.params, updates),
+                    params=params if cfg.constrain is None else cfg.constrain(params),
                     model_state=model_state,
                     opt_state=opt_state,
                     step=state.step + 1,

@@ -36,6 +36,7 @@ class TrainingAPI:
     _trainer: Trainer  # the loops, configured by compile
     _adapter: ModuleAdapter  # the module's forward pass, for the steps' config
     _push: Callable[[], None]  # writes the trained state into the model's variables
+    _resplit: Callable[[], None]  # splits a subclassed model's state by trainable flags
     module: Any  # the Flax module, whose frozen layers compile reads
     _input_spec: Any  # per-example input shapes once built, to check validation data
     seed: int  # base seed of the shuffle order
@@ -84,6 +85,7 @@ class TrainingAPI:
                                 "loss_weights": loss_weights,
                                 "weighted_metrics": weighted_metrics,
                                 "steps_per_execution": steps_per_execution}
+        self._resplit()
         if self._state is not None:
             self._state = self._state._replace(opt_state=self._init_opt_state(self._state.params))
 
