@@ -3,5 +3,8 @@
 from mirrorfit._src.distribute.devices import simulate_cpu_devices as simulate_cpu_devices
 from mirrorfit._src.random.seed_generator import set_random_seed as set_random_seed
 from mirrorfit._src.trainers.data_adapters.py_dataset_adapter import PyDataset as PyDataset
+from mirrorfit._src.trainers.keras_steps import (
+    unpack_x_y_sample_weight as unpack_x_y_sample_weight,
+)
 
-__all__ = ["PyDataset", "set_random_seed", "simulate_cpu_devices"]
+__all__ = ["PyDataset", "set_random_seed", "simulate_cpu_devices", "unpack_x_y_sample_weight"]

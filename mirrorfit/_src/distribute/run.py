@@ -355,7 +355,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
         else:
             check_assigned(fn, used, this_trace)
         old_values = dict(zip(map(id, used.read), values))
-        new_values = [_aggregate(v, old_values[id(v)], new)
+        new_values = [aggregate(v, old_values[id(v)], new)
                       for v, new in zip(used.assigned, new_values)]
         return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out), new_values
 
@@ -363,9 +363,11 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
                                masked=has_mask)
 
 
-def _aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:
+def aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:
     """The value every replica keeps of a variable assigned in a replica function, by its
-    ``aggregation`` (Keras' and tf.distribute's meanings)."""
+    ``aggregation`` (Keras' and tf.distribute's meanings): "none" keeps ``new`` (the
+    replicas agree), "mean" averages, "sum" adds the replicas' changes to ``old`` (the value
+    before, the same on every replica), "only_first_replica" takes replica 0's."""
     if variable.aggregation == "mean":
         return (lax.psum(new, BATCH_AXIS) / lax.psum(1, BATCH_AXIS)).astype(new.dtype)
     if variable.aggregation == "sum":

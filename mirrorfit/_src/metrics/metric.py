@@ -319,7 +319,9 @@ class Metric:
             variable.assign(variable.value + jnp.asarray(leaf, jnp.float32))
 
     def _traced_stats(self, arrays: Sequence[Any], sample_weight: Any) -> Stats:
-        """``update`` on this replica's traced rows (inside a compiled function)."""
+        """``update`` on this replica's traced rows (inside a compiled function). A scalar
+        (a per-replica loss) is this replica's one value, never a padding row."""
+        scalar = jnp.ndim(arrays[0]) == 0
         arrays = [jnp.atleast_1d(jnp.asarray(value)) for value in arrays]
         rows = _check_rows(self.name, arrays)
         weight = jnp.ones(rows, jnp.float32)
@@ -327,7 +329,7 @@ class Metric:
             weight = weight * jnp.broadcast_to(
                 jnp.asarray(sample_weight, jnp.float32).reshape(-1), (rows,))
         mask = get_replica_context().mask
-        if mask is not None and mask.shape[0] == rows:
+        if mask is not None and mask.shape[0] == rows and not scalar:
             weight = weight * mask.astype(jnp.float32)
         update: Callable[..., Stats] = self.update  # Mean and Sum take (values, weight)
         return update(*arrays, weight)

@@ -5,7 +5,8 @@ it was created): `Model.state` is its only write path, and callbacks and checkpo
 through `Model.assign_state`. It holds no training logic of its own. As in Keras 3, where
 ``Model`` inherits ``Trainer``, its other faces are mixins, one module each:
 `mirrorfit._src.trainers.training_api.TrainingAPI` (compile/fit/evaluate/predict),
-`mirrorfit._src.trainers.model_hooks.ModelHooks` (compute_loss/train_step/test_step),
+`mirrorfit._src.trainers.model_hooks.ModelHooks` (compute_loss/train_step/test_step/
+predict_step), `mirrorfit._src.trainers.model_metrics.ModelMetrics` (``metrics``),
 `mirrorfit._src.models.model_calls.ModelCalls` (``model(x)``, ``*_on_batch``, ``optimizer``) and
 `mirrorfit._src.models.weights.ModelVariables` (weights, saving, summary).
 """
@@ -30,14 +31,18 @@ from mirrorfit._src.models.weights import ModelVariables
 from mirrorfit._src.modules import input_spec, mixed_precision
 from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
 from mirrorfit._src.modules.objects import ObjectAdapter
+from mirrorfit._src.trainers import keras_steps
+from mirrorfit._src.trainers.keras_steps import hook_form
 from mirrorfit._src.trainers.model_hooks import ModelHooks
+from mirrorfit._src.trainers.model_metrics import ModelMetrics
 from mirrorfit._src.trainers.state import TrainState, create_state, require_state
+from mirrorfit._src.trainers.steps import make_predict_step
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
 
 
-class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, ObjectModel,
-            Layer):
+class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, ModelLayers,
+            ObjectModel, Layer):
     """A Flax module, or a Keras-style subclass, with Keras' ``compile``/``fit``/``evaluate``/
     ``predict``, mirrored.
 
@@ -123,7 +128,9 @@ class Model(TrainingAPI, ModelHooks, ModelCalls, ModelVariables, ModelLayers, Ob
         self.module = module
         self._state = None
         self._input_spec: Any = None
-        self._trainer = Trainer(self._strategy, self._adapter)
+        own_predict = hook_form(self, "predict_step", ModelHooks) is not None
+        self._trainer = Trainer(self._strategy, self._adapter, keras_steps.predict_step(self)
+                                if own_predict else make_predict_step(self._adapter))
         if sample is not None:
             self._build_from(sample)
         elif input_shape is not None:

@@ -11,7 +11,7 @@ does not divide by the replica count is padded and masked, not rejected.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -25,6 +25,7 @@ from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.trainers.state import TrainState, require_state
 from mirrorfit._src.trainers.trainer import Trainer
+from mirrorfit._src.variables.stateless_scope import StatelessScope
 
 
 class ModelCalls:
@@ -37,12 +38,16 @@ class ModelCalls:
     _adapter: ModuleAdapter  # the module's forward pass
     _check_input: Callable[..., None]  # builds the model from inputs, or checks them
     _pull: Callable[[], None]  # owned by ObjectModel: variables -> state
+    trainable_variables: list[Any]  # owned by Layer (a subclass's) or ObjectModel (views)
+    non_trainable_variables: list[Any]
+    losses: list[Any]  # owned by Model: this forward pass's losses
     _object_call: Callable[..., Any]  # owned by ObjectModel: model(x) inside a scope
     # Owned by `TrainingAPI`: the loops the *_on_batch methods run on one batch.
     predict: Callable[..., Any]
     evaluate: Callable[..., Any]
     _adapter_for: Callable[..., Any]
     _require_compiled: Callable[[str], None]
+    _own_loss: Callable[[str], bool]  # whether the model's hooks need no targets
     # Owned by `ModelHooks`: model(x) records the losses it sowed there.
     _sown: list[Any] | None
 
@@ -76,6 +81,40 @@ class ModelCalls:
         y, _, _ = self._adapter.apply_with_losses(params, model_state, x, train=training,
                                                   rng=rng)
         return y
+
+    def stateless_call(self, trainable_variables: Sequence[Any],
+                       non_trainable_variables: Sequence[Any], *args: Any,
+                       return_losses: bool = False, **kwargs: Any) -> tuple[Any, ...]:
+        """``self(*args, **kwargs)`` as a pure function of the variables' values, as Keras 3's
+        ``stateless_call`` (its JAX custom-step guide's forward pass).
+
+        Args:
+            trainable_variables: values of ``self.trainable_variables``, in order.
+            non_trainable_variables: values of ``self.non_trainable_variables``, in order.
+            *args, **kwargs: the call's inputs and ``training=``.
+            return_losses: also return the forward pass's ``losses``.
+
+        Returns:
+            ``(outputs, new non-trainable values)`` (and the losses with
+            ``return_losses``); no variable changes.
+
+        Raises:
+            ValueError: if a list of values does not match its variables in number.
+        """
+        mapping = []
+        for name, variables, values in (
+                ("trainable_variables", self.trainable_variables, trainable_variables),
+                ("non_trainable_variables", self.non_trainable_variables,
+                 non_trainable_variables)):
+            if len(values) != len(variables):
+                raise ValueError(f"stateless_call needs one value per model.{name}, in order "
+                                 f"({len(variables)}). Received: {len(values)} values")
+            mapping += list(zip(variables, values))
+        with StatelessScope(mapping) as scope:
+            outputs = self(*args, **kwargs)
+            losses = list(self.losses)
+        new_values = [scope.get_current_value(v) for v in self.non_trainable_variables]
+        return (outputs, new_values, losses) if return_losses else (outputs, new_values)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The outputs for one batch, as ``keras.Model.__call__``: jitted, per input shape.
@@ -168,7 +207,8 @@ class ModelCalls:
             TypeError: for a ``class_weight`` that is not ``{int: float}``.
         """
         self._require_compiled("train_on_batch")
-        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"), class_weight=class_weight)
+        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"), class_weight=class_weight,
+                                 with_targets=y is not None or not self._own_loss("train_step"))
         return _format(self._trainer.train_on_batch(self, data), return_dict)
 
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,

@@ -33,6 +33,7 @@ from jax._src import core as jax_core
 
 from mirrorfit._src.layers import flax_bridge, model_info
 from mirrorfit._src.layers.layer import Layer
+from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.models.variable_views import replaced_leaf, state_variables
 from mirrorfit._src.modules.objects import NON_TRAINABLE, variable_pairs, variable_trees
 from mirrorfit._src.modules.sown_losses import loss_values
@@ -42,7 +43,7 @@ from mirrorfit._src.variables import variable as variables_lib
 
 # Model's own attributes: never part of the variables a subclass's attributes hold.
 INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
-                      "_adapter", "_trainer", "_strategy", "_state"})
+                      "_adapter", "_trainer", "_strategy", "_state", "_creation_order"})
 TRACED_CALL = (
     "model(x) was called under jax.grad outside a stateless scope: it would read the "
     "stored weights as constants, so gradients with respect to them would be all zeros. "
@@ -84,6 +85,12 @@ class ObjectModel:
         if self.is_subclassed:
             return Layer.__mf_variables__(self)  # type: ignore[arg-type]
         return list(state_variables(self))
+
+    def _mf_children(self) -> list[tuple[str, Any]]:
+        # As Keras, metrics held as attributes (a train_step's trackers) are no layers and
+        # their variables no weights: fit's step carries them apart (`keras_steps`).
+        return [(name, value) for name, value in Layer._mf_children(self)  # type: ignore[arg-type]
+                if not _is_metrics(value)]
 
     def _frozen_paths(self) -> list[tuple[str, ...]]:
         if model_info.is_layers_model(self.module):
@@ -196,6 +203,15 @@ class ObjectModel:
         if self.is_subclassed:
             return Layer.losses.fget(self)  # type: ignore[attr-defined]
         return list(self._mf_losses)
+
+
+def _is_metrics(value: Any) -> bool:
+    """Whether ``value`` is a `Metric`, or a non-empty list, tuple or dict of them."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(isinstance(item, Metric) for item in value)
+    return isinstance(value, Metric)
 
 
 def tree_leaf(tree: Any, key: tuple[str, ...]) -> Any:

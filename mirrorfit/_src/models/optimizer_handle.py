@@ -7,12 +7,14 @@ model's training state, where the live values are: the learning rate is
 recompiling) and ``iterations`` is the train-step count. Both are Keras variables
 (`OptimizerVariable`: ``.numpy()``, ``.assign(x)``, ``float(v)``) whose value is the one in
 the state now, as ``keras.optimizers.Optimizer.learning_rate`` and ``iterations`` are.
-(`mirrorfit._src.models.variable_views` shows a model's weights the same way.)
+(`mirrorfit._src.models.variable_views` shows a model's weights the same way.) Inside
+``fit``'s step, a Keras 3 ``train_step(self, data)`` updates the model through it:
+``apply``, ``apply_gradients``, ``stateless_apply``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
@@ -21,6 +23,8 @@ import numpy as np
 import optax
 
 from mirrorfit._src.optimizers.learning_rate import get_learning_rate, set_learning_rate
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
+from mirrorfit._src.trainers.object_step import OUTSIDE_STEP, ObjectStep, current_step
 from mirrorfit._src.trainers.state import UNBUILT_MODEL
 from mirrorfit._src.variables.variable import Variable
 
@@ -156,6 +160,72 @@ class OptimizerHandle:
             raise ValueError(UNBUILT_MODEL)
         return self._model.state.step
 
+    def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None
+              ) -> None:
+        """One update inside ``fit``'s step, as Keras 3's ``optimizer.apply(grads)``.
+
+        In a ``train_step(self, data)`` override: the gradients are all-reduced across
+        replicas (``MEAN``), then the compiled optimizer updates the variables and the
+        optimizer state of the step (`mirrorfit._src.trainers.object_step.ObjectStep`).
+
+        Args:
+            grads: one gradient per variable, each its variable's shape.
+            trainable_variables: the variables (default ``model.trainable_variables``): all
+                or some of the model's trainable variables; the others keep their values.
+
+        Raises:
+            RuntimeError: outside ``fit``'s step.
+            ValueError: see `ObjectStep.apply`.
+        """
+        _running_step("apply").apply(grads, trainable_variables)
+
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
+        """`apply` on ``(gradient, variable)`` pairs, as ``optimizer.apply_gradients(zip(
+        grads, self.trainable_variables))`` in a tf.keras ``train_step``.
+
+        Returns:
+            `iterations` (the step count before this update), as tf.keras.
+        """
+        step = _running_step("apply_gradients")
+        pairs = list(grads_and_vars)
+        step.apply([g for g, _ in pairs], [v for _, v in pairs])
+        return step.step
+
+    def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
+                        trainable_variables: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """`apply` as a pure function of values inside ``fit``'s step, as Keras 3's JAX
+        ``optimizer.stateless_apply``.
+
+        Args:
+            optimizer_variables: the values of `variables`, in order.
+            grads: one gradient per ``model.trainable_variables``.
+            trainable_variables: the values of ``model.trainable_variables``, in order.
+
+        Returns:
+            ``(new trainable values, new optimizer values)``, lists like the inputs.
+
+        Raises:
+            RuntimeError: outside ``fit``'s step.
+        """
+        return _running_step("stateless_apply").stateless_apply(optimizer_variables, grads,
+                                                        trainable_variables)
+
+    def scale_loss(self, loss: jax.Array) -> jax.Array:
+        """``loss`` times the loss scale inside ``fit``'s step under ``"mixed_float16"`` (a
+        `LossScaleOptimizer`, whose ``apply`` divides the gradients by it), else ``loss``, as
+        Keras 3's ``optimizer.scale_loss``: differentiate the scaled loss."""
+        step = current_step()
+        if step is None or not isinstance(self.transformation, LossScaleOptimizer):
+            return loss
+        return self.transformation.scale_loss(loss, step.opt_state)
+
+    @property
+    def variables(self) -> list[jax.Array]:
+        """The optimizer state's leaves (optax's order): the step's values inside ``fit``'s
+        step, else the model's."""
+        step = current_step()
+        return jax.tree.leaves(self._model.opt_state if step is None else step.opt_state)
+
     def get_config(self) -> dict[str, Any]:
         """The optimizer's configuration, as ``keras.optimizers.Optimizer.get_config``.
 
@@ -176,3 +246,10 @@ class OptimizerHandle:
 
     def __repr__(self) -> str:
         return f"OptimizerHandle({self.transformation!r})"
+
+
+def _running_step(method: str) -> ObjectStep:
+    step = current_step()
+    if step is None:
+        raise RuntimeError(OUTSIDE_STEP.format(method=method))
+    return step

@@ -1,21 +1,30 @@
-"""`Model`'s extension hooks, as Keras 3: ``compute_loss``, ``train_step``, ``test_step``.
+"""`Model`'s extension hooks, as Keras 3: ``compute_loss``, ``train_step``, ``test_step``,
+``predict_step`` (the metrics they update: `mirrorfit._src.trainers.model_metrics`).
 
-A `Model` subclass overrides one of them and ``fit``/``evaluate`` run it inside their
-compiled per-replica step, so the all-reduce, padding masks, the one compile, callbacks and
-step-exact resume all stay. The hooks run **per replica**, traced, on this replica's shard
-of the global batch, with `mirrorfit.get_replica_context` giving the collectives (its
-``mask`` marks the real rows):
+A `Model` subclass overrides one of them and ``fit``/``evaluate``/``predict`` run it inside
+their compiled per-replica step, so the all-reduce, padding masks, the one compile,
+callbacks and step-exact resume all stay. The hooks run **per replica**, traced, on this
+replica's shard of the global batch, with `mirrorfit.get_replica_context` giving the
+collectives (its ``mask`` marks the real rows). Each hook has two forms, told apart by its
+signature (`keras_steps.hook_form`):
 
-* ``compute_loss(x, y, y_pred, sample_weight, training)`` returns this replica's loss as a
-  float32 scalar: the mean over a per-replica batch of ``global real rows / num_replicas``
-  plus the sown losses (`ModelHooks.losses`). The gradient is averaged over replicas
-  (``pmean``), so a term that is the same on every replica (an L2 penalty of the params)
-  counts once, and the global loss equals the single-device loss.
-* ``train_step(state, batch) -> (state, logs)`` replaces the whole update. It must
-  all-reduce its gradients itself (`mirrorfit.apply_gradients` does it before an optax
-  update). ``logs`` maps names to float scalars; fit shows, per epoch, their mean over real
-  rows (a value the same on every replica is simply averaged over steps).
-* ``test_step(state, batch) -> logs`` likewise for ``evaluate`` and validation.
+* **Keras 3's**, on objects: ``train_step(self, data)``, ``test_step(self, data)``,
+  ``predict_step(self, data)``, returning logs (outputs for ``predict_step``); see
+  `mirrorfit._src.trainers.keras_steps`. The one line that differs from a tf.keras
+  ``train_step`` is the gradient: ``loss, grads = mf.value_and_grad(fn,
+  self.trainable_variables)()`` instead of ``tf.GradientTape``.
+* **mirrorfit's pure ones**, on the `TrainState`: ``train_step(state, batch) -> (state,
+  logs)`` replaces the whole update and must all-reduce its gradients itself
+  (`mirrorfit.apply_gradients` does it before an optax update); ``logs`` maps names to
+  float scalars, and fit shows, per epoch, their mean over real rows.
+  ``test_step(state, batch) -> logs`` likewise for ``evaluate`` and validation.
+
+``compute_loss(x, y, y_pred, sample_weight, training)`` returns this replica's loss as a
+float32 scalar: the mean over a per-replica batch of ``global real rows / num_replicas``
+plus the forward pass's losses (`ModelHooks.losses`). The gradient is averaged over
+replicas (``pmean``), so a term that is the same on every replica (an L2 penalty of the
+weights) counts once, and the global loss equals the single-device loss. An override
+written with Keras 3.0's ``allow_empty=False`` in place of ``training`` works too.
 
 `HookedSteps` is the `StepFamily` of such a model; `step_family_for` chooses a model's
 family once, at ``compile``.
@@ -29,6 +38,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 from jax.sharding import PartitionSpec as P
@@ -36,16 +46,17 @@ from jax.sharding import PartitionSpec as P
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.distribute.replica_context import (
-    ReplicaContext,
     compute_average_loss,
     get_replica_context,
-    replica_context,
 )
 from mirrorfit._src.distribute.run import compile_per_replica
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.trainers import keras_steps
 from mirrorfit._src.trainers import statistics as stats_lib
+from mirrorfit._src.trainers.keras_steps import KERAS, PURE, hook_form, masked_context
+from mirrorfit._src.trainers.object_step import ObjectStep
 from mirrorfit._src.trainers.state import TrainState, step_rng
 from mirrorfit._src.trainers.step_family import (
     StepConfig,
@@ -54,6 +65,7 @@ from mirrorfit._src.trainers.step_family import (
     skip_filler,
 )
 from mirrorfit._src.trainers.steps import BUILTIN
+from mirrorfit._src.variables.autodiff import value_and_grad
 
 _HOOKS = ("compute_loss", "train_step", "test_step")
 
@@ -69,14 +81,16 @@ class ModelHooks:
     trainer: Any  # the same Trainer, as the public property
     _adapter: ModuleAdapter  # the module's forward pass (_forward)
     strategy: DeviceMesh  # compiles the hooked statistics step (HookedSteps)
+    __call__: Callable[..., Any]  # the forward pass (predict_step)
 
     @property
     def params(self) -> Any:
         """The Flax ``"params"`` pytree (mirrored ``jax.Array`` s).
 
-        Inside ``compute_loss`` it is the params being differentiated (traced), as Keras'
-        ``trainable_variables`` in a stateless scope, so a penalty of ``self.params`` there
-        gets its gradient.
+        Inside a Flax-module model's ``compute_loss`` it is the params being differentiated
+        (traced), as Keras' ``trainable_variables`` in a stateless scope, so a penalty of
+        ``self.params`` there gets its gradient (a subclassed model's variables read the
+        traced values there themselves).
         """
         if self._traced_params is not None:
             return self._traced_params
@@ -114,35 +128,68 @@ class ModelHooks:
             y_pred: the module's outputs ``[per_replica_batch, ...]``.
             sample_weight: float32 ``[per_replica_batch]``, 0 on padding rows.
             training: ``True`` in fit, ``False`` in evaluate.
+
+        Raises:
+            ValueError: without a compiled loss, or without targets (``fit(x)`` with no
+                ``y`` needs a ``compute_loss`` or ``train_step`` of your own).
         """
         del x, training
         if self._trainer.config.loss is None:
             raise ValueError("compute_loss needs the loss given to compile (or override "
                              "compute_loss, train_step and test_step). Received: loss=None")
+        if y is None:
+            raise ValueError("The default compute_loss compares y_pred with the targets: pass "
+                             "y to fit/evaluate, or override compute_loss or train_step to "
+                             "train without them. Received: y=None")
         context = get_replica_context()
         per_example = self._trainer.config.loss(y, y_pred)
         loss = context.num_replicas_in_sync * compute_average_loss(per_example, sample_weight)
         return sum(self.losses, loss)
 
-    def train_step(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Any]]:
-        """One per-replica update: forward, `compute_loss`, gradient all-reduce, optax update.
+    def train_step(self, *args: Any) -> Any:
+        """One per-replica update, in either form (see the module docstring).
+
+        ``train_step(data)`` (Keras 3's, what ``super().train_step(data)`` runs in a Keras
+        override): ``self(x, training=True)``, `compute_loss`, the gradient of the
+        trainable variables, ``self.optimizer.apply``, then `compute_metrics`; returns
+        `get_metrics_result`.
+
+        ``train_step(state, batch)`` (mirrorfit's pure one): forward, `compute_loss`,
+        gradient all-reduce, optax update; returns ``(new_state, logs)``.
 
         Args:
-            state: the mirrored `TrainState`.
-            batch: this replica's shard: ``x``/``y`` ``[per_replica_batch, ...]``,
-                ``sample_weight`` float32 ``[per_replica_batch]`` (0 on padding rows) and
-                ``mask`` (True for real rows).
+            *args: ``data`` (``x``, ``(x, y)`` or ``(x, y, sample_weight)``, this
+                replica's rows), or ``state`` (the mirrored `TrainState`) and ``batch``
+                (this replica's shard: ``x``/``y`` ``[per_replica_batch, ...]``,
+                ``sample_weight`` float32 ``[per_replica_batch]``, 0 on padding rows, and
+                ``mask``, True for real rows).
 
         Returns:
-            ``(new_state, logs)``; fit sets ``new_state.step`` to ``state.step + 1``.
+            The logs (Keras form), or ``(new_state, logs)``; fit sets ``new_state.step``
+            to ``state.step + 1``.
         """
+        if len(args) == 1:
+            return keras_steps.default_train_step(self, args[0])
+        state, batch = args
         new_state, loss, _ = _update(self, state, batch)
         return new_state, {"loss": get_replica_context().all_reduce(ReduceOp.MEAN, loss)}
 
-    def test_step(self, state: TrainState, batch: Batch) -> dict[str, Any]:
-        """Per-replica evaluation logs (``{"loss": ...}`` by default); see `train_step`."""
-        loss, _ = _forward(self, state.params, state, batch, False)
+    def test_step(self, *args: Any) -> dict[str, Any]:
+        """Per-replica evaluation logs: ``test_step(data)`` (Keras 3's: forward,
+        `compute_loss`, `compute_metrics`) or ``test_step(state, batch)`` (mirrorfit's:
+        ``{"loss": ...}``); see `train_step`."""
+        if len(args) == 1:
+            return keras_steps.default_test_step(self, args[0])
+        state, batch = args
+        _, loss, _ = _forward_step(self, state, batch, False)
         return {"loss": get_replica_context().all_reduce(ReduceOp.MEAN, loss)}
+
+    def predict_step(self, data: Any) -> Any:
+        """This replica's outputs for ``data`` (``x`` or ``(x,)``), as Keras 3's
+        ``predict_step``: ``self(x, training=False)``; override it to change what
+        ``predict`` returns (rows ``[per_replica_batch, ...]``, padding dropped after)."""
+        x, _, _ = keras_steps.unpack_x_y_sample_weight(data)
+        return self(x, training=False)
 
 
 def overridden(model: Any, name: str) -> bool:
@@ -154,7 +201,12 @@ def step_family_for(model: Any) -> StepFamily:
     """The steps ``model`` runs: `BUILTIN`, or `HookedSteps` when it overrides a hook.
 
     ``compile`` calls it once and keeps the answer in `StepConfig.family`.
+
+    Raises:
+        TypeError: for a hook in Keras 3's stateless JAX form (`keras_steps.hook_form`).
     """
+    for name in ("train_step", "test_step", "predict_step"):
+        hook_form(model, name, ModelHooks)  # refuses the JAX form at compile
     if any(overridden(model, name) for name in _HOOKS):
         return HookedSteps(model)
     return BUILTIN
@@ -165,18 +217,26 @@ class HookedSteps(StepFamily):
     ``test_step``: each runs the model's hooks inside a replica context that carries the
     step's padding mask.
 
+    A Keras-form ``train_step(self, data)``/``test_step(self, data)`` runs through
+    `mirrorfit._src.trainers.keras_steps` (its logs and metric trackers are its
+    statistics); a pure one, or the default update around ``compute_loss``, here. A
+    subclassed model's default update runs on its objects (`ObjectStep`), so
+    ``compute_loss`` may call the model's layers and models (a distiller's teacher).
+
     Args:
         model: the `Model` whose hooks the steps call (traced, per replica).
     """
 
     def __init__(self, model: Any):
         self._model = model
-        self._custom = {"train": overridden(model, "train_step"),
-                        "eval": overridden(model, "test_step")}
+        self._forms = {"train": hook_form(model, "train_step", ModelHooks),
+                       "eval": hook_form(model, "test_step", ModelHooks)}
+        self._keras = keras_steps.KerasHooks(model)
 
     def _local(self, cfg: StepConfig, state: TrainState, batch: Batch, kind: str):
-        with _masked_context(batch.mask):
-            return _local_step(self._model, cfg, state, batch, kind, self._custom[kind])
+        with masked_context(batch.mask):
+            return _local_step(self._model, cfg, state, batch, kind,
+                               self._forms[kind] == PURE)
 
     def train_step(self, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
         """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``.
@@ -186,6 +246,9 @@ class HookedSteps(StepFamily):
         statistics. With ``skip_empty``, a batch with no real rows runs none of it
         (`skip_filler` over the state and the statistics).
         """
+        if self._forms["train"] == KERAS:
+            return self._keras.train_step(cfg, skip_empty=skip_empty)
+
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
             def update(carry):
                 state, statistics = carry
@@ -202,6 +265,9 @@ class HookedSteps(StepFamily):
 
     def eval_step(self, cfg: StepConfig) -> Callable:
         """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
+        if self._forms["eval"] == KERAS:
+            return self._keras.eval_step(cfg)
+
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
             stats = self._local(cfg, state, batch, "eval")[1]
             return statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
@@ -210,16 +276,30 @@ class HookedSteps(StepFamily):
     def statistics_shapes(self, cfg: StepConfig, state: TrainState, batch: Batch,
                           kind: str) -> Any:
         """The shapes of the hooked step's statistics, traced over the mesh (the hooks may
-        use collectives): a custom step's logs, else the compiled loss and metrics."""
+        use collectives): a Keras step's trackers and logs, a pure step's logs, else the
+        compiled loss and metrics."""
+        if self._forms[kind] == KERAS:
+            return self._keras.statistics_shapes(cfg, state, batch, kind)
+
         def per_replica(state, batch):
             return self._local(cfg, state, batch, kind)[1]
         batch_specs = jax.tree.map(lambda _: P(BATCH_AXIS), batch)
         mapped = compile_per_replica(self._model.strategy, per_replica, (P(), batch_specs), P())
         return jax.eval_shape(mapped, state, batch)
 
-    def results(self, cfg: StepConfig, stats: dict, kind: str) -> dict[str, Any]:
-        """A custom step's logs averaged over real rows; else the compiled loss and metrics."""
-        if self._custom[kind]:
+    def initial_statistics(self, cfg: StepConfig, layout: stats_lib.StatsLayout,
+                           kind: str) -> np.ndarray:
+        """A Keras step's first statistics (its trackers reset); zeros otherwise."""
+        if self._forms[kind] == KERAS:
+            return self._keras.initial_statistics(layout)
+        return super().initial_statistics(cfg, layout, kind)
+
+    def results(self, cfg: StepConfig, stats: Any, kind: str) -> dict[str, Any]:
+        """A Keras step's newest logs; a pure step's logs averaged over real rows; else the
+        compiled loss and metrics."""
+        if self._forms[kind] == KERAS:
+            return self._keras.results(stats, kind)
+        if self._forms[kind] == PURE:
             return {name: s["total"] / max(float(s["count"]), 1.0) for name, s in stats.items()}
         return stats_lib.compiled_results(cfg, stats)
 
@@ -242,10 +322,7 @@ def _local_step(model, cfg, state: TrainState, batch: Batch, kind: str, custom: 
         return new_state, _logs_statistics(logs, count)
     if custom:
         return None, _logs_statistics(model.test_step(state, batch), count)
-    if kind == "train":
-        new_state, loss, y_pred = _update(model, state, batch)
-    else:
-        new_state, (loss, (y_pred, _)) = None, _forward(model, state.params, state, batch, False)
+    new_state, loss, y_pred = _forward_step(model, state, batch, kind == "train")
     # Never a filler (no real rows, a 0/0 loss): `skip_filler` runs no step on one.
     share = loss * lax.psum(count, BATCH_AXIS) / get_replica_context().num_replicas_in_sync
     return new_state, stats_lib.compiled_statistics(
@@ -267,12 +344,39 @@ def _logs_statistics(logs: Any, count: jax.Array) -> dict:
     return stats
 
 
-@contextlib.contextmanager
-def _masked_context(mask: jax.Array) -> Iterator[None]:
-    """The replica context of a hooked step: the step's padding mask for the loss helpers."""
-    outer = get_replica_context()
-    with replica_context(ReplicaContext(outer.num_replicas_in_sync, mask, in_run=True)):
-        yield
+def _forward_step(model, state: TrainState, batch: Batch, training: bool):
+    """The default hooks on one replica's ``batch``: ``(new state or None, loss, y_pred)``.
+
+    Training runs forward, `compute_loss`, the gradient ``pmean`` and one optax update.
+    """
+    if model.is_subclassed:
+        return _object_step(model, state, batch, training)
+    if not training:
+        loss, (y_pred, _) = _forward(model, state.params, state, batch, False)
+        return None, loss, y_pred
+    return _update(model, state, batch)
+
+
+def _object_step(model, state: TrainState, batch: Batch, training: bool):
+    """`_forward_step` of a subclassed model, on its objects (`ObjectStep`): ``compute_loss``
+    runs in the same scope as the forward pass, so it may call the model's layers."""
+    step = ObjectStep(model, state, [], [], model.trainer.config.optimizer if training else None)
+    rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
+    with step.running(rng):
+        def forward():
+            y_pred = model(batch.x, training=training)
+            loss = keras_steps.call_compute_loss(model, batch.x, batch.y, y_pred,
+                                                 batch.sample_weight, training)
+            loss = jnp.asarray(loss, jnp.float32)
+            return model.optimizer.scale_loss(loss), (loss, y_pred)
+
+        if not training:
+            _, (loss, y_pred) = forward()
+            return None, loss, y_pred
+        (_, (loss, y_pred)), grads = value_and_grad(forward, model.trainable_variables,
+                                                    has_aux=True)()
+        step.apply(grads, None)
+    return step.new_state(), loss, y_pred
 
 
 def _forward(model, params, state: TrainState, batch: Batch, training: bool):
@@ -280,7 +384,8 @@ def _forward(model, params, state: TrainState, batch: Batch, training: bool):
     y_pred, model_state, losses = model._adapter.apply_with_losses(
         params, state.model_state, batch.x, train=training, rng=rng)
     with model._forward_losses(losses, params):
-        loss = model.compute_loss(batch.x, batch.y, y_pred, batch.sample_weight, training)
+        loss = keras_steps.call_compute_loss(model, batch.x, batch.y, y_pred,
+                                             batch.sample_weight, training)
     return jnp.asarray(loss, jnp.float32), (y_pred, model_state)
 
 
@@ -290,9 +395,11 @@ def _update(model, state: TrainState, batch: Batch):
     (loss, (y_pred, model_state)), grads = jax.value_and_grad(
         lambda params: _forward(model, params, state, batch, True), has_aux=True)(state.params)
     grads = context.all_reduce(ReduceOp.MEAN, grads) if jax.tree.leaves(grads) else grads
-    tx = model.trainer.config.optimizer
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    new_state = state._replace(params=optax.apply_updates(state.params, updates),
+    config = model.trainer.config
+    updates, opt_state = config.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new_state = state._replace(params=params if config.constrain is None
+                               else config.constrain(params),
                                model_state=mean_non_param_collections(model_state),
                                opt_state=opt_state)
     return new_state, loss, y_pred

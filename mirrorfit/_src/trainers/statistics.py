@@ -152,7 +152,7 @@ def statistics_warnings(cfg: StepConfig, stats: dict) -> dict[str, str]:
     return found
 
 
-def flatten(stats: dict) -> tuple[jax.Array, Callable[[jax.Array], dict]]:
+def flatten(stats: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
     """The statistics as one float32 vector in `StatsLayout` order, and its inverse.
 
     One vector is one operand of the all-reduce: XLA:CPU rendezvous once per operand, so

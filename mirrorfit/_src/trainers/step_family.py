@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 
@@ -92,8 +93,20 @@ class StepFamily(abc.ABC):
         """
 
     @abc.abstractmethod
-    def results(self, cfg: StepConfig, stats: dict, kind: str) -> dict[str, Any]:
+    def results(self, cfg: StepConfig, stats: Any, kind: str) -> dict[str, Any]:
         """Logs (metric name -> value) from accumulated, unflattened host statistics."""
+
+    def initial_statistics(self, cfg: StepConfig, layout: Any, kind: str) -> np.ndarray:
+        """The statistics vector (float32 ``[layout.size]``, host) an epoch or ``evaluate``
+        starts from: zeros, as sums start empty.
+
+        Args:
+            cfg: the compiled configuration.
+            layout: the statistics' `mirrorfit._src.trainers.statistics.StatsLayout`.
+            kind: ``"train"`` or ``"eval"``.
+        """
+        del cfg, kind
+        return np.zeros(layout.size, np.float32)
 
     def multi_train_step(self, cfg: StepConfig) -> Callable:
         """``K`` train steps in one device call: ``lax.scan`` over ``[K, batch, ...]`` inputs.

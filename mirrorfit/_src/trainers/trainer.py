@@ -59,7 +59,6 @@ from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
 from mirrorfit._src.trainers.step_family import StepConfig
-from mirrorfit._src.trainers.steps import make_predict_step
 from mirrorfit._src.utils.checks import MirrorfitWarning
 
 RAN_OUT_OF_DATA = (
@@ -76,7 +75,7 @@ class Trainer(TrainingLoop):
 
     Args:
         strategy: the strategy (a `DeviceMesh`) whose mesh the steps run on.
-        adapter: the model's module adapter (forward pass of the Flax module).
+        adapter, predict_step: the module's adapter, ``predict``'s ``(state, batch) -> y``.
 
     Attributes:
         config: the steps' loss, metrics, optimizer and step family (`configure`),
@@ -91,7 +90,7 @@ class Trainer(TrainingLoop):
             use the thread.
     """
 
-    def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter):
+    def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter, predict_step: Callable):
         self.strategy = strategy
         self.adapter = adapter
         self.config: StepConfig | None = None
@@ -108,7 +107,7 @@ class Trainer(TrainingLoop):
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
-        self._predict_step = make_predict_step(adapter)
+        self._predict_step = predict_step
         # Compiled on the first batch, once per step and argument structure (a batch with
         # or without sample weights).
         self._compiled: dict[Any, Callable] = {}
@@ -184,17 +183,18 @@ class Trainer(TrainingLoop):
     # -- statistics -----------------------------------------------------------------------
 
     def _fresh_statistics(self, state, batch: Batch, kind: str = "train"):
-        """Zero statistics (a float32 vector, mirrored) for ``kind`` steps on such batches."""
+        """The first statistics (float32 vector, mirrored) of ``kind`` steps on such batches."""
+        assert self.config is not None  # set by configure (compile)
         if kind not in self._layouts:
             sample = batch
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
-            assert self.config is not None  # set by configure (compile)
             layout = stats_lib.StatsLayout.from_shapes(
                 self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
-        return self.strategy.replicate_arrays(self._layouts[kind][1])
+        return self.strategy.replicate_arrays(self.config.family.initial_statistics(
+            self.config, self._layouts[kind][0], kind))
 
     def _decode(self, statistics, kind: str = "train") -> dict[str, Any]:
         """Metric values (Python floats, loss first) from a statistics snapshot.

@@ -15,6 +15,7 @@ from typing import Any, Literal, overload
 
 from mirrorfit._src.callbacks.callback import Callback, History
 from mirrorfit._src.distribute.mesh import DeviceMesh
+from mirrorfit._src.metrics.reduction_metrics import Mean
 from mirrorfit._src.modules import input_spec
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.mixed_precision import Policy
@@ -45,6 +46,7 @@ class TrainingAPI:
     _init_opt_state: Callable[[Any], Any]  # params -> mirrored optimizer state
     # Written by compile (``None`` from Model.__init__), read by Sequential.add:
     _compile_config: dict[str, Any] | None
+    _mf_loss_tracker: Any  # written by compile: Keras' loss tracker (`ModelHooks.metrics`)
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
@@ -56,7 +58,8 @@ class TrainingAPI:
                 ``"adamw"``, ``"sgd"``, ``"rmsprop"``), with Keras' default learning rates.
             loss: a callable ``(y_true, y_pred) -> per-example loss [batch]``, a
                 `mirrorfit.losses` object, or a Keras loss name; for a module with several
-                outputs, a list (output order) or dict (output name) of them.
+                outputs, a list (output order) or dict (output name) of them. ``None``
+                for a model that overrides ``train_step`` or ``compute_loss``.
             loss_weights: floats scaling each output's loss (list or dict like ``loss``),
                 or one float for a single loss. The total is their weighted sum.
             metrics: list of metric names (``"accuracy"``, ``"mae"``, ...), callables or
@@ -76,11 +79,12 @@ class TrainingAPI:
         config = step_config(
             self._adapter, optimizer, loss, metrics, family=step_family_for(self),
             loss_weights=loss_weights, weighted_metrics=weighted_metrics,
-            require_loss=not overridden(self, "train_step"),
+            require_loss=not self._own_loss("train_step"),
             scale_loss=auto_scale_loss and self.dtype_policy.name == "mixed_float16",
             module=self.module)
         steps_per_execution = positive_int(steps_per_execution, "steps_per_execution")
         self._trainer.configure(config, steps_per_execution)
+        self._mf_loss_tracker = Mean(name="loss")  # Keras' loss tracker (`Model.metrics`)
         self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
                                 "loss_weights": loss_weights,
                                 "weighted_metrics": weighted_metrics,
@@ -102,6 +106,12 @@ class TrainingAPI:
         if not self.compiled:
             raise ValueError(f"You must call model.compile(optimizer, loss) before model.{method}()."
                              " Received: an uncompiled model")
+
+    def _own_loss(self, step: str) -> bool:
+        """Whether the model computes its loss itself (overrides ``step`` or
+        ``compute_loss``), so array inputs without targets are accepted, as Keras'
+        ``fit(x)`` for an autoencoder or VAE."""
+        return overridden(self, step) or overridden(self, "compute_loss")
 
     def _check_targets(self, data: Any, argument: str) -> None:
         """Checks in-memory targets against a multi-output loss before any step runs (the
@@ -141,7 +151,9 @@ class TrainingAPI:
                 source of global batches ``(x, y)`` / ``(x, y, sample_weight)``: a generator
                 or iterable, `mirrorfit.utils.PyDataset`, ``tf.data``, grain or torch
                 ``DataLoader`` (guide: "Feeding data").
-            y: targets ``[num_examples, ...]``; ``None`` when ``x`` yields batches.
+            y: targets ``[num_examples, ...]``; ``None`` when ``x`` yields batches, or for a
+                model that overrides ``train_step`` or ``compute_loss`` (its hooks get
+                ``data = x``, or ``y=None``).
             batch_size: the **global** batch (rows per step over all replicas); default 32.
                 A size that does not divide by the replica count is padded and masked.
             epochs: index of the last epoch (epochs run from ``initial_epoch``).
@@ -181,7 +193,8 @@ class TrainingAPI:
         num_replicas = self._strategy.num_replicas_in_sync
         train = self._adapter_for(x, y, sample_weight, batch_size, shuffle=shuffle,
                                   steps=steps_per_epoch, steps_name="steps_per_epoch",
-                                  class_weight=class_weight, check=False)
+                                  class_weight=class_weight, check=False,
+                                  with_targets=y is not None or not self._own_loss("train_step"))
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split, validation_data=validation_data,
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
@@ -239,7 +252,8 @@ class TrainingAPI:
         """
         self._require_compiled("evaluate")
         verbose = verbosity(verbose)
-        data = self._adapter_for(x, y, sample_weight, batch_size, steps=steps)
+        data = self._adapter_for(x, y, sample_weight, batch_size, steps=steps,
+                                 with_targets=y is not None or not self._own_loss("test_step"))
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         logs = self._trainer.evaluate(self, data, callback_list)

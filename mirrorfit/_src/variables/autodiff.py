@@ -39,6 +39,24 @@ Replace the tape block by a function and one call of mf.value_and_grad:
     (loss, predictions), gradients = mf.value_and_grad(
         forward, model.trainable_variables, has_aux=True)(images, labels)
 
+In a Model's train_step(self, data), the same single change:
+
+    # tf.keras
+    with tf.GradientTape() as tape:
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(y=y, y_pred=y_pred)
+    grads = tape.gradient(loss, self.trainable_variables)
+
+    # mirrorfit
+    def forward():
+        y_pred = self(x, training=True)
+        return self.compute_loss(y=y, y_pred=y_pred), y_pred
+
+    (loss, y_pred), grads = mf.value_and_grad(
+        forward, self.trainable_variables, has_aux=True)()
+
+    self.optimizer.apply(grads)  # as before, all-reduced across replicas inside fit
+
 Received: GradientTape(...)"""
 
 

@@ -1,0 +1,270 @@
+"""One compiled step as Keras objects see it: `ObjectStep`.
+
+Keras 3's JAX trainer runs a ``train_step(self, data)`` written on stateful objects inside a
+pure function: it maps every variable to its traced value in a stateless scope, calls the
+user's Python, and reads the new values back out of the scope. `ObjectStep` does that inside
+``fit``'s per-replica step (`mirrorfit._src.trainers.keras_steps`):
+
+* the model's variables (a subclass's `Variable` s, or a Flax-module model's
+  `StateVariable` views) read the step's ``params``/``model_state`` leaves, and the metric
+  trackers' variables read the values the step carries in its statistics;
+* the call context holds the step's random key (per step and replica, as the built-in
+  steps), not a training flag: ``self(x, training=True)`` says it, as in Keras;
+* ``model.optimizer.apply(grads)`` reaches the step through `current_step`: it all-reduces
+  the gradients (``MEAN``: a Keras-style loss is a per-replica mean) and runs the compiled
+  optax update on the step's optimizer state;
+* an assignment is combined across replicas at once by the variable's ``aggregation``
+  (`StepScope`), so a tracker's ``result()`` read later in the same step is the global one
+  on every replica, as a ``tf.distribute`` metric's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import traverse_util
+
+from mirrorfit._src.distribute.replica_context import get_replica_context
+from mirrorfit._src.distribute.run import aggregate
+from mirrorfit._src.distribute.values import ReduceOp
+from mirrorfit._src.modules.objects import NON_TRAINABLE
+from mirrorfit._src.trainers.state import TrainState
+from mirrorfit._src.variables import call_context, tracking
+from mirrorfit._src.variables.stateless_scope import StatelessScope
+from mirrorfit._src.variables.variable import Variable
+
+_LOCAL = threading.local()
+
+OUTSIDE_STEP = (
+    "model.optimizer.{method} updates the model inside fit's compiled step (a train_step "
+    "override). In a custom loop, use an mf.optimizers optimizer object: "
+    "`optimizer.apply_gradients(zip(grads, model.trainable_variables))`. Received: a call "
+    "outside fit")
+
+
+class Ref(NamedTuple):
+    """Where one model variable's value lives in the `TrainState`."""
+
+    variable: Variable
+    field: str  # "params" or "model_state"
+    key: tuple[str, ...]  # the leaf's path in that tree
+
+
+def model_refs(model: Any, state: TrainState) -> list[Ref]:
+    """Every variable of ``model`` with the state leaf that holds its value.
+
+    A subclassed model's trainable variables are its ``params`` by attribute path, the
+    others ``model_state["non_trainable"]`` (`mirrorfit._src.modules.objects`); a
+    Flax-module model's are its `StateVariable` views. Variables the state lacks (created
+    after it was built) are left out.
+    """
+    if model.is_subclassed:
+        found = [(v, "params", path) if v.trainable else (v, "model_state", (NON_TRAINABLE, *path))
+                 for path, v in tracking.walk(model)]
+    else:
+        found = [(v, v._mf_field, v._mf_key) for v in model.variables]
+    flat = {field: traverse_util.flatten_dict(getattr(state, field) or {})
+            for field in ("params", "model_state")}
+    return [Ref(v, field, key) for v, field, key in found if key in flat[field]]
+
+
+def _leaf(tree: Any, key: tuple[str, ...]) -> Any:
+    for part in key:
+        tree = tree[part]
+    return tree
+
+
+def _with_leaves(tree: Any, leaves: dict[tuple[str, ...], Any]) -> Any:
+    """``tree`` (nested dicts) with the leaves at the given paths replaced; its structure,
+    empty collections included, is kept (the step's carry must not change)."""
+    if not leaves:
+        return tree
+    flat = traverse_util.flatten_dict(tree, keep_empty_nodes=True)
+    flat.update(leaves)
+    return traverse_util.unflatten_dict(flat)
+
+
+class StepScope(StatelessScope):
+    """A `StatelessScope` whose assignments are combined across replicas as they happen
+    (`aggregate`), so every replica reads the same value afterwards.
+
+    Only valid inside a per-replica function over the mesh's ``"batch"`` axis.
+    """
+
+    def add_update(self, variable: Any, value: Any) -> None:
+        if variable.aggregation != "none":
+            old = self.get_current_value(variable)
+            value = aggregate(variable, variable.value if old is None else old, value)
+        super().add_update(variable, value)
+
+
+def current_step() -> ObjectStep | None:
+    """The `ObjectStep` whose hook is being traced, or ``None`` outside one."""
+    stack = getattr(_LOCAL, "steps", None)
+    return stack[-1] if stack else None
+
+
+class ObjectStep:
+    """A model's variables, trackers and optimizer state inside one traced step.
+
+    Args:
+        model: the `mirrorfit.Model`.
+        state: this step's (traced) `TrainState`.
+        trackers: the metric variables the step carries (`keras_steps.tracker_variables`).
+        tracker_values: their traced values, in order.
+        optimizer: the compiled ``optax.GradientTransformation`` (``None`` in evaluation).
+        tracker_source: lists the trackers anew (a metric may create its variables during
+            the first trace); their assignments are not lost.
+    """
+
+    def __init__(self, model: Any, state: TrainState, trackers: Sequence[Variable],
+                 tracker_values: Sequence[Any], optimizer: optax.GradientTransformation | None,
+                 tracker_source: Callable[[], Sequence[Variable]] = list):
+        self.model = model
+        self.tracker_source = tracker_source
+        self.refs = model_refs(model, state)
+        self.trackers = list(trackers)
+        self.opt_state: Any = state.opt_state  # the optax state, updated by `apply`
+        self.step = state.step
+        self._state = state
+        self._optimizer = optimizer
+        self._mapping = [(r.variable, _leaf(getattr(state, r.field), r.key)) for r in self.refs]
+        self._mapping += [(v, jnp.asarray(value, v.dtype))
+                          for v, value in zip(self.trackers, tracker_values)]
+        self._scope: StepScope | None = None
+
+    @contextlib.contextmanager
+    def running(self, rng: jax.Array) -> Iterator[ObjectStep]:
+        """Within the block, the variables read this step's values and `current_step` is
+        this one; the model's forward-pass losses are cleared before and after."""
+        stack = _LOCAL.__dict__.setdefault("steps", [])
+        self.model._clear_losses()
+        with StepScope(self._mapping) as scope, call_context.call_context(rng=rng):
+            self._scope = scope
+            stack.append(self)
+            try:
+                yield self
+            finally:
+                stack.pop()
+                self.model._clear_losses()
+        self._check_carried(scope)
+
+    def _check_carried(self, scope: StepScope) -> None:
+        """Refuses assignments the step would lose: to variables that are neither the
+        model's nor a tracker's (an optimizer object's state, a variable of an object
+        that is no attribute of the model)."""
+        carried = {id(r.variable) for r in self.refs} | {id(v) for v in self.trackers}
+        carried |= {id(v) for v in self.tracker_source()}  # built by this trace
+        lost = [getattr(v, "path", "?") for v, _ in scope.updates if id(v) not in carried]
+        if lost:
+            raise ValueError(
+                "The step assigned variables that fit does not carry from step to step, so "
+                "their new values would be lost (the state of an optimizer object other "
+                "than model.optimizer, e.g. a GAN's d_optimizer, or variables of an object "
+                "the model does not hold). Update the weights with self.optimizer.apply "
+                "(compile's optimizer), keep metrics as attributes of the model, or, for "
+                "several optimizers, write mirrorfit's pure train_step(self, state, batch) "
+                f"with mf.apply_gradients. Received: assignments to {lost[:5]}")
+
+    def value(self, variable: Variable) -> Any:
+        """``variable`` 's current value in this step."""
+        assert self._scope is not None  # set by running()
+        found = self._scope.get_current_value(variable)
+        return variable.value if found is None else found
+
+    def new_state(self) -> TrainState:
+        """The state after the hook: the variables' new values, the optimizer state."""
+        leaves: dict[str, dict[tuple[str, ...], Any]] = {"params": {}, "model_state": {}}
+        for ref in self.refs:
+            leaves[ref.field][ref.key] = self.value(ref.variable)
+        return self._state._replace(
+            params=_with_leaves(self._state.params, leaves["params"]),
+            model_state=_with_leaves(self._state.model_state, leaves["model_state"]),
+            opt_state=self.opt_state)
+
+    def tracker_values(self) -> list[Any]:
+        """The trackers' values after the hook (float32, in `trackers` order)."""
+        return [jnp.asarray(self.value(v), jnp.float32) for v in self.trackers]
+
+    # -- model.optimizer inside the step -----------------------------------------------
+    def apply(self, grads: Sequence[Any], variables: Sequence[Variable] | None) -> None:
+        """One update of ``variables`` (default: the model's trainable variables) with
+        ``grads``, as ``optimizer.apply`` inside a Keras 3 ``train_step``.
+
+        The gradients are all-reduced with ``MEAN`` (each replica's is of its per-replica
+        mean loss: their mean is the global batch's gradient), then the compiled optax
+        update runs on all the model's params at once: a param not in ``variables`` gets a
+        zero gradient and keeps its value. Then each variable's ``constraint``, as Keras.
+
+        Raises:
+            ValueError: outside a train step, for a variable that is not a trainable
+                variable of the model, a ``None`` gradient, or a count mismatch.
+        """
+        if self._optimizer is None:
+            raise ValueError("model.optimizer.apply runs in a train step; evaluate's "
+                             "test_step cannot update the model. Received: a call in "
+                             "test_step")
+        params = {r.key: r for r in self.refs if r.field == "params"}
+        by_id = {id(r.variable): r for r in params.values()}
+        variables = (list(self.model.trainable_variables) if variables is None
+                     else list(variables))
+        grads = list(grads)
+        if len(grads) != len(variables):
+            raise ValueError(f"optimizer.apply needs one gradient per variable. Received: "
+                             f"{len(grads)} gradients for {len(variables)} variables")
+        unknown = [getattr(v, "path", repr(v)) for v in variables if id(v) not in by_id]
+        if unknown:
+            raise ValueError("model.optimizer updates the model's trainable variables (the "
+                             "params compile built its state for). Received: variables "
+                             f"{unknown[:3]} that are not trainable variables of the model")
+        missing = [v.path for g, v in zip(grads, variables) if g is None]
+        if missing:
+            raise ValueError("Every gradient must be an array: a None gradient means the loss "
+                             "does not depend on that variable; leave it out of the variables "
+                             f"passed. Received: None gradients for {missing[:3]}")
+        grads = get_replica_context().all_reduce(ReduceOp.MEAN, grads)
+        given = {by_id[id(v)].key: jnp.asarray(g, v.dtype) for g, v in zip(grads, variables)}
+        current = {key: self.value(ref.variable) for key, ref in params.items()}
+        tree = traverse_util.unflatten_dict(current)
+        grad_tree = traverse_util.unflatten_dict(
+            {key: given.get(key, jnp.zeros_like(value)) for key, value in current.items()})
+        updates, self.opt_state = self._optimizer.update(grad_tree, self.opt_state, tree)
+        new = traverse_util.flatten_dict(optax.apply_updates(tree, updates))
+        for key in given:
+            variable = params[key].variable
+            value = new[key]
+            if variable.constraint is not None:
+                value = variable.constraint(value)
+            variable.assign(value)
+
+    def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
+                        trainable_variables: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """`apply` as a pure function of values, as Keras 3's ``optimizer.stateless_apply``.
+
+        Args:
+            optimizer_variables: the optimizer state's leaves (``model.optimizer.variables``
+                values), in order.
+            grads: one gradient per ``model.trainable_variables``.
+            trainable_variables: their values, in the same order.
+
+        Returns:
+            ``(new_trainable_values, new_optimizer_values)``; the step's state is unchanged.
+        """
+        treedef = jax.tree.structure(self.opt_state)
+        trainable = list(self.model.trainable_variables)
+        if len(trainable_variables) != len(trainable):
+            raise ValueError(f"stateless_apply needs one value per model.trainable_variables "
+                             f"({len(trainable)}). Received: {len(trainable_variables)} values")
+        saved = self.opt_state
+        self.opt_state = jax.tree.unflatten(treedef, list(optimizer_variables))
+        with StatelessScope(zip(trainable, trainable_variables)) as scope:
+            self.apply(grads, trainable)
+        new_values = [scope.get_current_value(v) for v in trainable]
+        new_state, self.opt_state = jax.tree.leaves(self.opt_state), saved
+        return new_values, new_state
