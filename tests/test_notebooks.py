@@ -59,6 +59,11 @@ def test_quickstart_notebook_runs_on_8_simulated_devices():
     assert not any(output.output_type == "display_data" and "text/html" in output.data
                    for cell in code for output in cell.outputs)
     assert "Keras-style model test accuracy" in outputs
+    # The subclassed model (a Keras-style Layer and mf.Model) trains with fit, its weights
+    # mirrored Variables.
+    assert "Subclassed model test accuracy" in outputs
+    assert 'Model: "digits_classifier"' in outputs and "linear (Linear)" in outputs
+    assert "digits_classifier/linear/kernel (64, 128) on 8 devices" in outputs
     assert any(
         "image/png" in output.get("data", {}) for cell in code for output in cell.outputs
     ), "the history plot was not shown"
