@@ -422,3 +422,37 @@ def test_unsupported_values_missing_paths_and_reserved_names_are_errors(tmp_path
         mf.Checkpoint(w=np.zeros(1)).restore(tmp_path / "missing")
     with pytest.raises(ValueError, match="max_to_keep must be a positive int"):
         mf.CheckpointManager(mf.Checkpoint(w=np.zeros(1)), tmp_path, max_to_keep=0)
+
+
+def test_a_fresh_model_and_a_fresh_mf_optimizer_restore_a_custom_loop(tmp_path):
+    # The TF tutorial's restore: new objects of the same architecture (the new model gets
+    # another default name, which must not matter), then restore, then identical state.
+    class Net(mf.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense = mf.layers.Dense(3)
+
+        def call(self, x):
+            return self.dense(x)
+
+    def create():
+        model = Net()
+        model.build((4,))
+        optimizer = mf.optimizers.Adam(0.01)
+        optimizer.build(model.trainable_variables)
+        return model, optimizer
+
+    x = jnp.ones((8, 4))
+    with mirrored_strategy(2).scope():
+        model, optimizer = create()
+        _, grads = mf.value_and_grad(lambda: jnp.mean(model(x) ** 2),
+                                     model.trainable_variables)()
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        path = mf.Checkpoint(model=model, optimizer=optimizer).save(str(tmp_path / "ckpt"))
+        fresh_model, fresh_optimizer = create()
+        assert fresh_model.name != model.name
+        mf.Checkpoint(model=fresh_model, optimizer=fresh_optimizer).restore(path)
+    for restored, saved in [(fresh_model.weights, model.weights),
+                            (fresh_optimizer.variables, optimizer.variables)]:
+        for a, b in zip(restored, saved, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())

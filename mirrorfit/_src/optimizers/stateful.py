@@ -103,7 +103,11 @@ class StatefulOptimizer:
         return [self.iterations, *self._slots().state]
 
     def __mf_variables__(self) -> list[tuple[tuple[str, ...], Variable]]:
-        return [((v.name,), v) for v in self.variables]
+        # Keyed by position, not by name: a slot's name holds its variable's path, which
+        # holds the model's name, and a fresh model of the same architecture gets another
+        # (``cnn_1``), yet must restore this optimizer's checkpoint.
+        return [(("iteration",), self.iterations),
+                *((("slot", str(i)), v) for i, v in enumerate(self._slots().state))]
 
     def build(self, var_list: Iterable[Variable]) -> None:
         """Creates the optimizer state for ``var_list``, as Keras' ``optimizer.build``.
