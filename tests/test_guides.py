@@ -60,8 +60,10 @@ def test_porting_guide_subclassing_examples_run():
     names = _run_blocks(_section("docs/guides/porting.md", "## Subclassed layers and models",
                                  "\n## "))
     layer = names["layer"]
+    # (The default name is numbered by the Linear layers made before in this process.)
     assert [(w.path, w.shape) for w in layer.weights] == [
-        ("linear/kernel", (3, 4)), ("linear/bias", (4,))]
+        (f"{layer.name}/kernel", (3, 4)), (f"{layer.name}/bias", (4,))]
+    assert layer.name.startswith("linear")
     # The encoder model was trained as a layer of WithEncoder: its own predict uses the
     # trained weights (Dense(16, relu) in NumPy).
     kernel, bias = names["encoder"].get_weights()

@@ -62,6 +62,8 @@ def test_fit_writes_the_trained_values_back_to_the_layers_variables():
     np.testing.assert_allclose(np.asarray(model(X)), expected, rtol=1e-5, atol=1e-5)
     assert [v.shape for v in model.trainable_variables] == [
         (4, 8), (8,), (8, 8), (8,), (8, 3), (3,)]
+    for array, variable in zip(model.get_weights(), model.weights, strict=True):
+        np.testing.assert_array_equal(array, variable.numpy())  # Keras: weights' order
 
 
 def test_a_variable_assigned_between_fits_is_trained_from_its_new_value():

@@ -17,9 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+from flax import traverse_util
 
 from mirrorfit._src.layers.weights import keras_weight_order
 from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.modules.objects import NON_TRAINABLE
+from mirrorfit._src.variables import tracking
 
 WeightPath = tuple[Any, ...]
 
@@ -68,3 +71,11 @@ def keras_order(module: Any, params: Any, model_state: Any) -> list[WeightPath]:
     order = keras_weight_order(module, {"params": params, **model_state})
     return [(0, *path) if collection == "params" else (1, collection, *path)
             for collection, path in order]
+
+
+def variables_order(model: Any, params: Any) -> list[WeightPath]:
+    """A subclassed model's weight paths in its ``weights`` order (Keras' ``get_weights``):
+    ``(0, *path)`` for a param, ``(1, "non_trainable", *path)`` for the others."""
+    trainable = set(traverse_util.flatten_dict(params))
+    return [(0, *path) if path in trainable else (1, NON_TRAINABLE, *path)
+            for path, _ in tracking.walk(model)]

@@ -108,6 +108,8 @@ class ModelVariables:
         state = require_state(self._state)
         if is_layers_model(self.module):
             return weight_order.keras_order(self.module, state.params, state.model_state)
+        if self.module is self:  # a subclassed model: its ``weights`` order, as Keras
+            return weight_order.variables_order(self, state.params)
         cached = self._creation_order
         if cached is None or cached[0] is not self.module:
             order = weight_order.creation_order(self._adapter, jax.random.PRNGKey(self.seed),
