@@ -4,6 +4,7 @@
 signatures, ``self.optimizer.apply``, metric trackers, and keras-io examples ported by
 renaming (the gradient is the one changed line: ``mf.value_and_grad``)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -388,17 +389,226 @@ def test_distiller_example_trains_the_student_against_a_frozen_teacher():
     assert loss == pytest.approx(0.1 * student_loss + 0.9 * distillation, rel=1e-4)
 
 
+# -- Keras 3's stateless JAX form: keras.io's custom_train_step_in_jax, ported by renaming --
+
+class GuideModel(mf.Model):
+    """keras.io's "Customizing what happens in fit() with JAX" ``CustomModel`` (its first
+    ``train_step`` and its ``test_step``), ``keras`` renamed ``mf``."""
+
+    def compute_loss_and_updates(
+        self,
+        trainable_variables,
+        non_trainable_variables,
+        metrics_variables,
+        x,
+        y,
+        sample_weight,
+        training=False,
+    ):
+        y_pred, non_trainable_variables = self.stateless_call(
+            trainable_variables,
+            non_trainable_variables,
+            x,
+            training=training,
+        )
+        loss, (
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+        ) = self.stateless_compute_loss(
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+            x=x,
+            y=y,
+            y_pred=y_pred,
+            sample_weight=sample_weight,
+            training=training,
+        )
+        return loss, (y_pred, non_trainable_variables, metrics_variables)
+
+    def train_step(self, state, data):
+        (
+            trainable_variables,
+            non_trainable_variables,
+            optimizer_variables,
+            metrics_variables,
+        ) = state
+        x, y, sample_weight = mf.utils.unpack_x_y_sample_weight(data)
+
+        # Get the gradient function.
+        grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+
+        # Compute the gradients.
+        (loss, (y_pred, non_trainable_variables, metrics_variables)), grads = grad_fn(
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+            x,
+            y,
+            sample_weight,
+            training=True,
+        )
+
+        # Update trainable variables and optimizer variables.
+        trainable_variables, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable_variables
+        )
+
+        # Update metrics.
+        new_metrics_vars = []
+        logs = {}
+        for metric in self.metrics:
+            this_metric_vars = metrics_variables[
+                len(new_metrics_vars) : len(new_metrics_vars) + len(metric.variables)
+            ]
+            if metric.name == "loss":
+                this_metric_vars = metric.stateless_update_state(
+                    this_metric_vars, loss, sample_weight=sample_weight
+                )
+            else:
+                this_metric_vars = metric.stateless_update_state(
+                    this_metric_vars, y, y_pred, sample_weight=sample_weight
+                )
+            logs[metric.name] = metric.stateless_result(this_metric_vars)
+            new_metrics_vars += this_metric_vars
+
+        # Return metric logs and updated state variables.
+        state = (
+            trainable_variables,
+            non_trainable_variables,
+            optimizer_variables,
+            new_metrics_vars,
+        )
+        return logs, state
+
+    def test_step(self, state, data):
+        # Unpack the data.
+        x, y, sample_weight = mf.utils.unpack_x_y_sample_weight(data)
+        (
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+        ) = state
+
+        # Compute predictions and loss.
+        y_pred, non_trainable_variables = self.stateless_call(
+            trainable_variables,
+            non_trainable_variables,
+            x,
+            training=False,
+        )
+        loss, (
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+        ) = self.stateless_compute_loss(
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+            x=x,
+            y=y,
+            y_pred=y_pred,
+            sample_weight=sample_weight,
+            training=False,
+        )
+
+        # Update metrics.
+        new_metrics_vars = []
+        logs = {}
+        for metric in self.metrics:
+            this_metric_vars = metrics_variables[
+                len(new_metrics_vars) : len(new_metrics_vars) + len(metric.variables)
+            ]
+            if metric.name == "loss":
+                this_metric_vars = metric.stateless_update_state(
+                    this_metric_vars, loss, sample_weight=sample_weight
+                )
+            else:
+                this_metric_vars = metric.stateless_update_state(
+                    this_metric_vars, y, y_pred, sample_weight=sample_weight
+                )
+            logs[metric.name] = metric.stateless_result(this_metric_vars)
+            new_metrics_vars += this_metric_vars
+
+        # Return metric logs and updated state variables.
+        state = (
+            trainable_variables,
+            non_trainable_variables,
+            new_metrics_vars,
+        )
+        return logs, state
+
+
+def _guide_model(replicas, cls=GuideModel, learning_rate=0.05):
+    with mirrored_strategy(replicas).scope():
+        inputs = mf.Input(shape=(4,))
+        outputs = L.Dense(3)(L.Dense(8, activation="tanh")(inputs))
+        model = cls(inputs, outputs, seed=4)
+        model.compile(optimizer=mf.optimizers.Adam(learning_rate), loss="mse",
+                      metrics=["mae"])
+    return model
+
+
+def test_keras_jax_guide_train_step_trains_as_on_one_replica_and_as_the_object_form():
+    class ObjectForm(mf.Model):  # the same step on objects: train_step(self, data)
+        train_step = Regressor.train_step
+
+    runs = {}
+    for name, replicas, cls in (("jax1", 1, GuideModel), ("jax8", 8, GuideModel),
+                                ("object8", 8, ObjectForm)):
+        model = _guide_model(replicas, cls)
+        with count_step_compiles() as compiles:
+            history = model.fit(X, Y, batch_size=16, epochs=3, shuffle=False, verbose=0)
+        assert compiles == [1]
+        runs[name] = model.get_weights(), history.history, model.optimizer.variables
+    for name in ("jax8", "object8"):
+        tree_allclose(runs[name][0], runs["jax1"][0], rtol=1e-5, atol=1e-6)
+        tree_allclose(runs[name][2], runs["jax1"][2], rtol=1e-5, atol=1e-6)  # Adam's state
+        assert list(runs[name][1]) == ["loss", "mae"]
+        for key in ("loss", "mae"):
+            np.testing.assert_allclose(runs[name][1][key], runs["jax1"][1][key], rtol=1e-5)
+    assert runs["jax8"][1]["loss"][-1] < runs["jax8"][1]["loss"][0]
+    assert int(model.optimizer.iterations) == 6  # 2 steps a epoch, 3 epochs
+
+
+def test_keras_jax_guide_history_and_evaluate_are_the_numpy_means_of_the_trackers():
+    model = _guide_model(8, learning_rate=0.0)  # frozen: NumPy's losses below are fit's
+    history = model.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    y_pred = np.asarray(model.predict(X, verbose=0))
+    batch_losses = [np.mean((y_pred[i:i + 16] - Y[i:i + 16]) ** 2) for i in (0, 16)]
+    # The loss tracker: one value per step (its per-replica shares combined); mae: per row.
+    np.testing.assert_allclose(history.history["loss"], [np.mean(batch_losses)] * 2,
+                               rtol=1e-5)
+    np.testing.assert_allclose(history.history["mae"], [np.mean(np.abs(y_pred - Y))] * 2,
+                               rtol=1e-5)
+    results = model.evaluate(X, Y, batch_size=16, verbose=0, return_dict=True)
+    np.testing.assert_allclose(results["loss"], np.mean(batch_losses), rtol=1e-5)
+    np.testing.assert_allclose(results["mae"], np.mean(np.abs(y_pred - Y)), rtol=1e-5)
+    assert float(model.metrics[0].result()) == pytest.approx(results["loss"], rel=1e-6)
+
+
+def test_keras_jax_train_step_returning_a_short_state_says_what_it_must_return():
+    class Short(mf.Model):
+        def train_step(self, state, data):
+            return {}, state[:3]
+
+    model = _guide_model(2, Short)
+    with pytest.raises(TypeError, match=r"returns \(logs, state\) with state = "
+                       r"\(trainable_variables, .*Received: .*state of 3 items"):
+        model.fit(X, Y, batch_size=16, epochs=1, verbose=0)
+
+
 # -- signatures, errors, the smaller hooks ----------------------------------------------
 
-def test_keras_jax_stateless_train_step_is_refused_at_compile_with_the_rename():
+def test_keras_jax_form_predict_step_is_refused_with_the_rename():
     class JaxForm(Regressor):
-        def train_step(self, state, data):
-            return {}, state
+        def predict_step(self, state, data):
+            return self.stateless_call(*state, data)
 
-    with mirrored_strategy(1).scope():
-        model = JaxForm()
-    with pytest.raises(TypeError, match=r"rename it to `def train_step\(self, data\):`"):
-        model.compile("sgd", "mse")
+    with mirrored_strategy(1).scope(), pytest.raises(
+            TypeError, match=r"rename it to `def predict_step\(self, data\):`"):
+        JaxForm()
 
 
 def test_gradient_tape_error_shows_the_train_step_form():

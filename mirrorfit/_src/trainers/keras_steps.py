@@ -55,32 +55,30 @@ from mirrorfit._src.distribute.run import compile_per_replica
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.trainers import statistics as stats_lib
+from mirrorfit._src.trainers.jax_steps import run_jax_hook
 from mirrorfit._src.trainers.object_step import ObjectStep, current_step
 from mirrorfit._src.trainers.state import TrainState, step_rng
 from mirrorfit._src.trainers.step_family import StepConfig, skip_filler
 from mirrorfit._src.variables.autodiff import value_and_grad
 from mirrorfit._src.variables.variable import Variable
 
-KERAS, PURE = "keras", "pure"
-KERAS_JAX_FORM = (
-    "{name}(self, state, data) is Keras 3's stateless JAX form (state = (trainable_variables,"
-    " non_trainable_variables, ...), returning (logs, state)). mirrorfit runs Keras 3's "
-    "object form: rename it to `def {name}(self, data):` and write it on objects: "
-    "`y_pred = self(x, training=True)`, `loss = self.compute_loss(x=x, y=y, y_pred=y_pred)`"
-    ", `loss, grads = mf.value_and_grad(fn, self.trainable_variables)()`, "
-    "`self.optimizer.apply(grads)`, `tracker.update_state(...)`, and return the logs dict "
-    "(`self.stateless_call`, `self.optimizer.stateless_apply` and the metrics' "
-    "`stateless_update_state` work inside it too). mirrorfit's own pure hook is "
-    "`{name}(self, state, batch)` with a TrainState. Received: {name}{signature}")
+KERAS, JAX, PURE = "keras", "jax", "pure"
+KERAS_JAX_PREDICT = (
+    "predict_step(self, state, data) is Keras 3's stateless JAX form; mirrorfit runs "
+    "train_step and test_step in it, predict_step in the object form: rename it to "
+    "`def predict_step(self, data):` and return the outputs, e.g. "
+    "`x, _, _ = mf.utils.unpack_x_y_sample_weight(data); return self(x, training=False)`. "
+    "Received: predict_step{signature}")
 
 
 def hook_form(model: Any, name: str, base: Any) -> str | None:
     """Which form ``type(model)`` overrides hook ``name`` in: `KERAS` (``(self, data)``),
-    `PURE` (``(self, state, batch)``), or ``None`` (not overridden: ``base`` 's).
+    `JAX` (Keras 3's stateless ``(self, state, data)``, `mirrorfit._src.trainers.jax_steps`),
+    `PURE` (mirrorfit's ``(self, state, batch)``), or ``None`` (not overridden: ``base`` 's).
 
     Raises:
-        TypeError: for Keras 3's stateless JAX form ``(self, state, data)`` (see
-            `KERAS_JAX_FORM`: rename it to the object form).
+        TypeError: for ``predict_step(self, state, data)`` (see `KERAS_JAX_PREDICT`: rename
+            it to the object form).
     """
     fn = getattr(type(model), name)
     if fn is getattr(base, name):
@@ -89,7 +87,9 @@ def hook_form(model: Any, name: str, base: Any) -> str | None:
     names = [p.name for p in signature.parameters.values()
              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
     if names[1:] == ["state", "data"]:
-        raise TypeError(KERAS_JAX_FORM.format(name=name, signature=signature))
+        if name == "predict_step":
+            raise TypeError(KERAS_JAX_PREDICT.format(signature=signature))
+        return JAX
     return KERAS if len(names) <= 2 else PURE
 
 
@@ -235,10 +235,14 @@ class KerasHooks:
 
     Args:
         model: the `Model` whose hooks the steps call (traced, per replica).
+        forms: the hooks' forms, ``{"train": ..., "eval": ...}`` (`hook_form`): `JAX`
+            runs the stateless ``(self, state, data)`` hook (`jax_steps.run_jax_hook`),
+            anything else the object form.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, forms: dict[str, str | None] | None = None):
         self._model = model
+        self._forms = dict(forms or {})
         self._log_order: dict[str, list[str]] = {}  # the logs' keys as the hook returned them
 
     def _run(self, cfg: StepConfig, state: TrainState, tracker_values: list[Any],
@@ -259,8 +263,12 @@ class KerasHooks:
         rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
         name = "train_step" if training else "test_step"
         with masked_context(batch.mask), step.running(rng):
-            hook = model.train_step if training else model.test_step
-            logs = _checked_logs(hook(pack_data(batch, weighted)), name)
+            data = pack_data(batch, weighted)
+            if self._forms.get(kind) == JAX:
+                logs = run_jax_hook(model, step, data, training)
+            else:
+                logs = (model.train_step if training else model.test_step)(data)
+            logs = _checked_logs(logs, name)
         self._log_order[kind] = list(logs)
         logs = lax.pmean(logs, BATCH_AXIS)  # one all-reduce for all of them
         return step.new_state(), {"logs": logs, "trackers": step.tracker_values()}

@@ -33,7 +33,7 @@ family once, at ``compile``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -55,7 +55,7 @@ from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
 from mirrorfit._src.trainers import keras_steps
 from mirrorfit._src.trainers import statistics as stats_lib
-from mirrorfit._src.trainers.keras_steps import KERAS, PURE, hook_form, masked_context
+from mirrorfit._src.trainers.keras_steps import JAX, KERAS, PURE, hook_form, masked_context
 from mirrorfit._src.trainers.object_step import ObjectStep
 from mirrorfit._src.trainers.state import TrainState, step_rng
 from mirrorfit._src.trainers.step_family import (
@@ -66,6 +66,7 @@ from mirrorfit._src.trainers.step_family import (
 )
 from mirrorfit._src.trainers.steps import BUILTIN
 from mirrorfit._src.variables.autodiff import value_and_grad
+from mirrorfit._src.variables.stateless_scope import StatelessScope
 
 _HOOKS = ("compute_loss", "train_step", "test_step")
 
@@ -82,6 +83,10 @@ class ModelHooks:
     _adapter: ModuleAdapter  # the module's forward pass (_forward)
     strategy: DeviceMesh  # compiles the hooked statistics step (HookedSteps)
     __call__: Callable[..., Any]  # the forward pass (predict_step)
+    # Owned by the model's variable mixins and `ModelMetrics` (stateless_compute_loss):
+    trainable_variables: list[Any]
+    non_trainable_variables: list[Any]
+    metrics_variables: list[Any]
 
     @property
     def params(self) -> Any:
@@ -146,6 +151,44 @@ class ModelHooks:
         loss = context.num_replicas_in_sync * compute_average_loss(per_example, sample_weight)
         return sum(self.losses, loss)
 
+    def stateless_compute_loss(self, trainable_variables: Sequence[Any],
+                               non_trainable_variables: Sequence[Any],
+                               metrics_variables: Sequence[Any], x: Any = None, y: Any = None,
+                               y_pred: Any = None, sample_weight: jax.Array | None = None,
+                               training: bool = True) -> tuple[jax.Array, tuple[list, ...]]:
+        """`compute_loss` as a pure function of the variables' values, as Keras 3's
+        ``stateless_compute_loss`` (its JAX custom-step guide's loss).
+
+        Args:
+            trainable_variables: values of ``self.trainable_variables``, in order.
+            non_trainable_variables: values of ``self.non_trainable_variables``, in order.
+            metrics_variables: values of ``self.metrics_variables``, in order.
+            x, y, y_pred, sample_weight, training: `compute_loss` 's arguments.
+
+        Returns:
+            ``(loss, (trainable_variables, non_trainable_variables, metrics_variables))``:
+            the values after `compute_loss` (assignments it made are returned, none is
+            stored).
+
+        Raises:
+            ValueError: if a list of values does not match its variables in number.
+        """
+        groups = (("trainable_variables", self.trainable_variables, trainable_variables),
+                  ("non_trainable_variables", self.non_trainable_variables,
+                   non_trainable_variables),
+                  ("metrics_variables", self.metrics_variables, metrics_variables))
+        mapping = []
+        for name, variables, values in groups:
+            if len(values) != len(variables):
+                raise ValueError(f"stateless_compute_loss needs one value per model.{name}, "
+                                 f"in order ({len(variables)}). Received: {len(values)} values")
+            mapping += list(zip(variables, values))
+        with StatelessScope(mapping) as scope:
+            loss = keras_steps.call_compute_loss(self, x, y, y_pred, sample_weight, training)
+        new = tuple([scope.get_current_value(v) for v in variables]
+                    for _, variables, _ in groups)
+        return jnp.asarray(loss, jnp.float32), new
+
     def train_step(self, *args: Any) -> Any:
         """One per-replica update, in either form (see the module docstring).
 
@@ -203,10 +246,11 @@ def step_family_for(model: Any) -> StepFamily:
     ``compile`` calls it once and keeps the answer in `StepConfig.family`.
 
     Raises:
-        TypeError: for a hook in Keras 3's stateless JAX form (`keras_steps.hook_form`).
+        TypeError: for ``predict_step`` in Keras 3's stateless JAX form
+            (`keras_steps.hook_form`).
     """
     for name in ("train_step", "test_step", "predict_step"):
-        hook_form(model, name, ModelHooks)  # refuses the JAX form at compile
+        hook_form(model, name, ModelHooks)  # refuses a JAX-form predict_step at compile
     if any(overridden(model, name) for name in _HOOKS):
         return HookedSteps(model)
     return BUILTIN
@@ -231,7 +275,7 @@ class HookedSteps(StepFamily):
         self._model = model
         self._forms = {"train": hook_form(model, "train_step", ModelHooks),
                        "eval": hook_form(model, "test_step", ModelHooks)}
-        self._keras = keras_steps.KerasHooks(model)
+        self._keras = keras_steps.KerasHooks(model, self._forms)
 
     def _local(self, cfg: StepConfig, state: TrainState, batch: Batch, kind: str):
         with masked_context(batch.mask):
@@ -246,7 +290,7 @@ class HookedSteps(StepFamily):
         statistics. With ``skip_empty``, a batch with no real rows runs none of it
         (`skip_filler` over the state and the statistics).
         """
-        if self._forms["train"] == KERAS:
+        if self._forms["train"] in (KERAS, JAX):
             return self._keras.train_step(cfg, skip_empty=skip_empty)
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
@@ -265,7 +309,7 @@ class HookedSteps(StepFamily):
 
     def eval_step(self, cfg: StepConfig) -> Callable:
         """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
-        if self._forms["eval"] == KERAS:
+        if self._forms["eval"] in (KERAS, JAX):
             return self._keras.eval_step(cfg)
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
@@ -278,7 +322,7 @@ class HookedSteps(StepFamily):
         """The shapes of the hooked step's statistics, traced over the mesh (the hooks may
         use collectives): a Keras step's trackers and logs, a pure step's logs, else the
         compiled loss and metrics."""
-        if self._forms[kind] == KERAS:
+        if self._forms[kind] in (KERAS, JAX):
             return self._keras.statistics_shapes(cfg, state, batch, kind)
 
         def per_replica(state, batch):
@@ -290,14 +334,14 @@ class HookedSteps(StepFamily):
     def initial_statistics(self, cfg: StepConfig, layout: stats_lib.StatsLayout,
                            kind: str) -> np.ndarray:
         """A Keras step's first statistics (its trackers reset); zeros otherwise."""
-        if self._forms[kind] == KERAS:
+        if self._forms[kind] in (KERAS, JAX):
             return self._keras.initial_statistics(layout)
         return super().initial_statistics(cfg, layout, kind)
 
     def results(self, cfg: StepConfig, stats: Any, kind: str) -> dict[str, Any]:
         """A Keras step's newest logs; a pure step's logs averaged over real rows; else the
         compiled loss and metrics."""
-        if self._forms[kind] == KERAS:
+        if self._forms[kind] in (KERAS, JAX):
             return self._keras.results(stats, kind)
         if self._forms[kind] == PURE:
             return {name: s["total"] / max(float(s["count"]), 1.0) for name, s in stats.items()}

@@ -230,7 +230,8 @@ class ObjectStep:
                              f"passed. Received: None gradients for {missing[:3]}")
         grads = get_replica_context().all_reduce(ReduceOp.MEAN, grads)
         given = {by_id[id(v)].key: jnp.asarray(g, v.dtype) for g, v in zip(grads, variables)}
-        current = {key: self.value(ref.variable) for key, ref in params.items()}
+        # ``.value``: inside `stateless_apply`, its scope's values come first.
+        current = {key: ref.variable.value for key, ref in params.items()}
         tree = traverse_util.unflatten_dict(current)
         grad_tree = traverse_util.unflatten_dict(
             {key: given.get(key, jnp.zeros_like(value)) for key, value in current.items()})
