@@ -6,7 +6,9 @@ A `Model` subclass writes its step as in Keras 3, on objects: ``x, y = data``,
 ``loss, grads = mf.value_and_grad(fn, self.trainable_variables)()``, ``self.optimizer.apply
 (grads)``, metric trackers' ``update_state``/``result``, and returns a dict of logs. Which
 form a hook has is read from its signature (`hook_form`): one argument (``data``) is Keras
-3's; two (``state, batch``) are mirrorfit's pure hooks (`mirrorfit._src.trainers.model_hooks`).
+3's; ``state, data`` is Keras 3's stateless JAX form (`mirrorfit._src.trainers.jax_steps`,
+run in the same step, its returned values written into the step's variables); ``state,
+batch`` is mirrorfit's pure hook (`mirrorfit._src.trainers.model_hooks`).
 
 The hook runs per replica, traced, inside the step's `ObjectStep`
 (`mirrorfit._src.trainers.object_step`), so one compile per ``fit``, the all-reduce, padding

@@ -5,14 +5,17 @@ A `Model` subclass overrides one of them and ``fit``/``evaluate``/``predict`` ru
 their compiled per-replica step, so the all-reduce, padding masks, the one compile,
 callbacks and step-exact resume all stay. The hooks run **per replica**, traced, on this
 replica's shard of the global batch, with `mirrorfit.get_replica_context` giving the
-collectives (its ``mask`` marks the real rows). Each hook has two forms, told apart by its
-signature (`keras_steps.hook_form`):
+collectives (its ``mask`` marks the real rows). Each hook has these forms, told apart by
+its signature (`keras_steps.hook_form`):
 
 * **Keras 3's**, on objects: ``train_step(self, data)``, ``test_step(self, data)``,
   ``predict_step(self, data)``, returning logs (outputs for ``predict_step``); see
   `mirrorfit._src.trainers.keras_steps`. The one line that differs from a tf.keras
   ``train_step`` is the gradient: ``loss, grads = mf.value_and_grad(fn,
   self.trainable_variables)()`` instead of ``tf.GradientTape``.
+* **Keras 3's stateless JAX ones**: ``train_step(self, state, data) -> (logs, state)`` and
+  ``test_step(self, state, data)`` on tuples of values (with
+  `ModelHooks.stateless_compute_loss`); see `mirrorfit._src.trainers.jax_steps`.
 * **mirrorfit's pure ones**, on the `TrainState`: ``train_step(state, batch) -> (state,
   logs)`` replaces the whole update and must all-reduce its gradients itself
   (`mirrorfit.apply_gradients` does it before an optax update); ``logs`` maps names to
