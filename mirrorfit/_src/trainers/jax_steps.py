@@ -34,12 +34,14 @@ global batch's loss.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from mirrorfit._src.trainers.object_step import ObjectStep
+from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.variable import Variable
 
 _TRAIN_STATE = ("trainable_variables", "non_trainable_variables", "optimizer_variables",
@@ -96,6 +98,40 @@ def run_jax_hook(model: Any, step: ObjectStep, data: Any, training: bool) -> Any
     by_name = {metric.name: metric for metric in model.metrics}
     return {key: by_name[key].result() if key in by_name else value
             for key, value in logs.items()}
+
+
+def stateless_compute_loss(model: Any, values: Sequence[Sequence[Any]],
+                           compute_loss: Callable[[], Any]
+                           ) -> tuple[jax.Array, tuple[list[Any], ...]]:
+    """``compute_loss()`` with the model's variables mapped to ``values``: the body of
+    `mirrorfit._src.trainers.model_hooks.ModelHooks.stateless_compute_loss`.
+
+    Args:
+        model: the `Model`.
+        values: the values of ``model.trainable_variables``, ``non_trainable_variables``
+            and ``metrics_variables``, three lists in that order.
+        compute_loss: runs the model's ``compute_loss`` on the step's inputs.
+
+    Returns:
+        ``(loss, (trainable, non_trainable, metrics))``: the loss (float32) and the three
+        lists after it (an assignment ``compute_loss`` made is returned, not stored).
+
+    Raises:
+        ValueError: if a list of values does not match its variables in number.
+    """
+    groups = list(zip(("trainable_variables", "non_trainable_variables", "metrics_variables"),
+                      (model.trainable_variables, model.non_trainable_variables,
+                       model.metrics_variables), values))
+    mapping = []
+    for name, variables, given in groups:
+        if len(given) != len(variables):
+            raise ValueError(f"stateless_compute_loss needs one value per model.{name}, in "
+                             f"order ({len(variables)}). Received: {len(given)} values")
+        mapping += list(zip(variables, given))
+    with StatelessScope(mapping) as scope:
+        loss = compute_loss()
+    new = tuple([scope.get_current_value(v) for v in variables] for _, variables, _ in groups)
+    return jnp.asarray(loss, jnp.float32), new
 
 
 def _assign(variables: Sequence[Variable], values: Sequence[Any]) -> None:

@@ -56,7 +56,7 @@ from mirrorfit._src.distribute.run import compile_per_replica
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
-from mirrorfit._src.trainers import keras_steps
+from mirrorfit._src.trainers import jax_steps, keras_steps
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.keras_steps import JAX, KERAS, PURE, hook_form, masked_context
 from mirrorfit._src.trainers.object_step import ObjectStep
@@ -69,7 +69,6 @@ from mirrorfit._src.trainers.step_family import (
 )
 from mirrorfit._src.trainers.steps import BUILTIN
 from mirrorfit._src.variables.autodiff import value_and_grad
-from mirrorfit._src.variables.stateless_scope import StatelessScope
 
 _HOOKS = ("compute_loss", "train_step", "test_step")
 
@@ -86,10 +85,6 @@ class ModelHooks:
     _adapter: ModuleAdapter  # the module's forward pass (_forward)
     strategy: DeviceMesh  # compiles the hooked statistics step (HookedSteps)
     __call__: Callable[..., Any]  # the forward pass (predict_step)
-    # Owned by the model's variable mixins and `ModelMetrics` (stateless_compute_loss):
-    trainable_variables: list[Any]
-    non_trainable_variables: list[Any]
-    metrics_variables: list[Any]
 
     @property
     def params(self) -> Any:
@@ -176,21 +171,9 @@ class ModelHooks:
         Raises:
             ValueError: if a list of values does not match its variables in number.
         """
-        groups = (("trainable_variables", self.trainable_variables, trainable_variables),
-                  ("non_trainable_variables", self.non_trainable_variables,
-                   non_trainable_variables),
-                  ("metrics_variables", self.metrics_variables, metrics_variables))
-        mapping = []
-        for name, variables, values in groups:
-            if len(values) != len(variables):
-                raise ValueError(f"stateless_compute_loss needs one value per model.{name}, "
-                                 f"in order ({len(variables)}). Received: {len(values)} values")
-            mapping += list(zip(variables, values))
-        with StatelessScope(mapping) as scope:
-            loss = keras_steps.call_compute_loss(self, x, y, y_pred, sample_weight, training)
-        new = tuple([scope.get_current_value(v) for v in variables]
-                    for _, variables, _ in groups)
-        return jnp.asarray(loss, jnp.float32), new
+        return jax_steps.stateless_compute_loss(
+            self, (trainable_variables, non_trainable_variables, metrics_variables),
+            lambda: keras_steps.call_compute_loss(self, x, y, y_pred, sample_weight, training))
 
     def train_step(self, *args: Any) -> Any:
         """One per-replica update, in either form (see the module docstring).
