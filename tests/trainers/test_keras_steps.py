@@ -2,7 +2,9 @@
 (mirrorfit/_src/trainers/keras_steps.py, object_step.py): ``train_step(self, data)``,
 ``test_step(self, data)``, ``predict_step(self, data)``, ``compute_loss`` in both
 signatures, ``self.optimizer.apply``, metric trackers, and keras-io examples ported by
-renaming (the gradient is the one changed line: ``mf.value_and_grad``)."""
+renaming (the gradient is the one changed line: ``mf.value_and_grad``); Keras 3's stateless
+JAX ``train_step(self, state, data)``/``test_step(self, state, data)`` (jax_steps.py), from
+keras-io's custom_train_step_in_jax guide ported by renaming alone."""
 
 import jax
 import jax.numpy as jnp
@@ -586,6 +588,127 @@ def test_keras_jax_guide_history_and_evaluate_are_the_numpy_means_of_the_tracker
     np.testing.assert_allclose(results["loss"], np.mean(batch_losses), rtol=1e-5)
     np.testing.assert_allclose(results["mae"], np.mean(np.abs(y_pred - Y)), rtol=1e-5)
     assert float(model.metrics[0].result()) == pytest.approx(results["loss"], rel=1e-6)
+
+
+class LowerLevelGuideModel(mf.Model):
+    """The guide's "Going lower-level" ``CustomModel``: its own loss function and trackers,
+    ``compile(optimizer=...)`` only (``keras`` renamed ``mf``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss_tracker = mf.metrics.Mean(name="loss")
+        self.mae_metric = mf.metrics.MeanAbsoluteError(name="mae")
+        self.loss_fn = mf.losses.MeanSquaredError()
+
+    def compute_loss_and_updates(
+        self,
+        trainable_variables,
+        non_trainable_variables,
+        x,
+        y,
+        sample_weight,
+        training=False,
+    ):
+        y_pred, non_trainable_variables = self.stateless_call(
+            trainable_variables,
+            non_trainable_variables,
+            x,
+            training=training,
+        )
+        loss = self.loss_fn(y, y_pred, sample_weight=sample_weight)
+        return loss, (y_pred, non_trainable_variables)
+
+    def train_step(self, state, data):
+        (
+            trainable_variables,
+            non_trainable_variables,
+            optimizer_variables,
+            metrics_variables,
+        ) = state
+        x, y, sample_weight = mf.utils.unpack_x_y_sample_weight(data)
+
+        # Get the gradient function.
+        grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+
+        # Compute the gradients.
+        (loss, (y_pred, non_trainable_variables)), grads = grad_fn(
+            trainable_variables,
+            non_trainable_variables,
+            x,
+            y,
+            sample_weight,
+            training=True,
+        )
+
+        # Update trainable variables and optimizer variables.
+        trainable_variables, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable_variables
+        )
+
+        # Update metrics.
+        loss_tracker_vars = metrics_variables[: len(self.loss_tracker.variables)]
+        mae_metric_vars = metrics_variables[len(self.loss_tracker.variables) :]
+
+        loss_tracker_vars = self.loss_tracker.stateless_update_state(
+            loss_tracker_vars, loss, sample_weight=sample_weight
+        )
+        mae_metric_vars = self.mae_metric.stateless_update_state(
+            mae_metric_vars, y, y_pred, sample_weight=sample_weight
+        )
+
+        logs = {}
+        logs[self.loss_tracker.name] = self.loss_tracker.stateless_result(
+            loss_tracker_vars
+        )
+        logs[self.mae_metric.name] = self.mae_metric.stateless_result(mae_metric_vars)
+
+        new_metrics_vars = loss_tracker_vars + mae_metric_vars
+
+        # Return metric logs and updated state variables.
+        state = (
+            trainable_variables,
+            non_trainable_variables,
+            optimizer_variables,
+            new_metrics_vars,
+        )
+        return logs, state
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.mae_metric]
+
+
+def test_keras_jax_guide_lower_level_train_step_trains_as_on_one_replica():
+    runs = {}
+    for replicas in (1, 8):
+        with mirrored_strategy(replicas).scope():
+            inputs = mf.Input(shape=(4,))
+            model = LowerLevelGuideModel(inputs, L.Dense(3)(inputs), seed=4)
+            model.compile(optimizer=mf.optimizers.Adam(0.05))
+        # One full batch of 16 rows: equal shards, so the replicas' mean of their own
+        # losses' gradients is the global batch's (loss_fn averages this replica's rows).
+        history = model.fit(X[:16], Y[:16], batch_size=16, epochs=3, verbose=0)
+        runs[replicas] = model.get_weights(), history.history
+    tree_allclose(runs[8][0], runs[1][0], rtol=1e-5, atol=1e-6)
+    for key in ("loss", "mae"):
+        np.testing.assert_allclose(runs[8][1][key], runs[1][1][key], rtol=1e-5)
+    assert runs[8][1]["loss"][-1] < runs[8][1]["loss"][0]
+
+
+def test_keras_jax_stateless_apply_updates_the_values_it_is_given():
+    class Shifted(mf.Model):  # zero gradients from weights + 1: the new weights are those
+        def train_step(self, state, data):
+            trainable, non_trainable, optimizer_variables, metrics_variables = state
+            shifted = [t + 1.0 for t in trainable]
+            trainable, optimizer_variables = self.optimizer.stateless_apply(
+                optimizer_variables, [jnp.zeros_like(t) for t in trainable], shifted)
+            return {}, (trainable, non_trainable, optimizer_variables, metrics_variables)
+
+    model = _guide_model(2, Shifted)
+    model.predict(X[:2], verbose=0)  # builds it
+    before = model.get_weights()
+    model.fit(X[:16], Y[:16], batch_size=16, epochs=1, verbose=0)
+    tree_allclose(model.get_weights(), [w + 1.0 for w in before], rtol=1e-6)
 
 
 def test_keras_jax_train_step_returning_a_short_state_says_what_it_must_return():
