@@ -19,9 +19,8 @@ Differences from Keras:
   and that is saved with the layer. mirrorfit's folds its seed into the forward pass's key:
   two generators differ, draws repeat for the same training step's key, and nothing is
   saved.
-- Inside ``strategy.run`` but outside a model's forward pass there is no step key: the
-  stream's key is read when ``run`` traces the function, so those draws repeat on every call
-  of the compiled function. Pass a key that changes per step as ``seed=`` there.
+- Inside ``strategy.run`` the key comes from the call: each call passes a new one (numbered
+  per strategy, seeded by `mirrorfit.utils.set_random_seed`), folded with the replica index.
 - ``shuffle`` moves whole slices along ``axis`` (rows stay rows), as TensorFlow and Keras'
   other backends; Keras' JAX backend shuffles each slice on its own.
 

@@ -629,3 +629,27 @@ def test_tf_custom_training_tutorial_loop_equals_one_device(n):
         np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(history, want, rtol=1e-5)
     assert int(optimizer.iterations) == TUTORIAL_EPOCHS * 4
+
+
+def test_random_layers_and_draws_differ_per_call_and_per_replica_inside_run():
+    # Dropout in a model called inside the replica function, and mf.random draws, take the
+    # call's key folded with the replica index: a new mask every call, and per replica.
+    strategy = mf.MirroredStrategy()
+    with strategy.scope():
+        inputs = mf.layers.Input((6,))
+        model = mf.Model(inputs, mf.layers.Dropout(0.5)(inputs))
+
+    def replica_fn(x):
+        return model(x, training=True), mf.random.normal((3,))
+
+    batch = strategy.experimental_distribute_dataset([np.ones((16, 6), np.float32)])
+    batch = next(iter(batch))
+    (masks_a, draws_a), (masks_b, draws_b) = (strategy.run(replica_fn, args=(batch,))
+                                              for _ in range(2))
+    a, b = np.asarray(strategy.gather(masks_a, axis=0)), np.asarray(strategy.gather(masks_b, axis=0))
+    assert set(np.unique(a)) <= {0.0, 2.0}  # dropout at rate 0.5 scales the kept values by 2
+    assert not np.array_equal(a, b)
+    assert not np.array_equal(a[:2], a[2:4])  # replicas 0 and 1 (2 rows each)
+    draws = np.asarray(draws_a.values)
+    assert len({tuple(row) for row in draws}) == strategy.num_replicas_in_sync
+    assert not np.array_equal(draws, np.asarray(draws_b.values))

@@ -47,6 +47,7 @@ from mirrorfit._src.distribute.values import (
     batch_mask,
     unwrap_mirrored,
 )
+from mirrorfit._src.variables import call_context
 from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, check_assigned
 
 _STATIC = (bool, int, float, complex, str, type(None))
@@ -129,6 +130,8 @@ def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs
                                    donate_argnums=donate_argnums)
 
 
+_KEY = jax.ShapeDtypeStruct((2,), np.uint32)  # a call's raw key data, `Runner._call_key`
+
 class Runner:
     """``strategy.run`` and the cross-replica operations on its results, for one mesh.
 
@@ -143,6 +146,7 @@ class Runner:
         self._mesh = mesh
         self._compiled: dict[Any, _Compiled] = {}
         self._in_flight = InFlight()
+        self._calls = 0  # numbers each call's key (`_call_key`)
 
     @property
     def num_compiled(self) -> int:
@@ -185,7 +189,7 @@ class Runner:
             entry = self._compiled[cache_key] = self._compile(fn, treedef, kinds, dynamic,
                                                                mask is not None)
         outputs, new_values = entry.program(
-            [self._replicated(v.value) for v in entry.used.read], *dynamic)
+            [*(self._replicated(v.value) for v in entry.used.read), self._call_key()], *dynamic)
         for variable, value in zip(entry.used.assigned, new_values):
             variable.assign(value)
         self._in_flight.push((outputs, new_values))
@@ -198,6 +202,13 @@ class Runner:
             PerReplica(v, per_replica_mask if a else None)
             for v, a in zip(leaves, entry.aligned)]), mesh, fn)
 
+    def _call_key(self) -> jax.Array:
+        """Raw key data ``uint32[2]`` for this call: random layers and ``mf.random`` draws in
+        the replica function fold it with the replica index, so they differ per call and per
+        replica (seeded by `mirrorfit.utils.set_random_seed`)."""
+        self._calls += 1
+        return self._replicated(np.array([call_context.stream_seed(), self._calls], np.uint32))
+
     def _replicated(self, value: Any) -> jax.Array:
         """``value`` mirrored on this mesh (already-mirrored arrays are not copied)."""
         mesh = self._mesh
@@ -209,10 +220,10 @@ class Runner:
         """Finds the variables ``fn`` uses (one abstract trace), then compiles it with them."""
         found: list[UsedVariables] = []
         probe = _compile(self._mesh, fn, treedef, kinds, has_mask, UsedVariables(), found)
-        shapes = jax.eval_shape(probe, [], *dynamic)[0]
+        shapes = jax.eval_shape(probe, [_KEY], *dynamic)[0]
         used = found[-1]
         program = _compile(self._mesh, fn, treedef, kinds, has_mask, used, None)
-        values = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in used.read]
+        values = [*(jax.ShapeDtypeStruct(v.shape, v.dtype) for v in used.read), _KEY]
         aligned = (_batch_aligned(self._mesh, program, kinds, values, dynamic, shapes)
                    if has_mask else None)
         return _Compiled(program, aligned, used)
@@ -340,6 +351,8 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
         specs.append(P(BATCH_AXIS))
 
     def per_replica(values, *dynamic):
+        *values, call_key = values  # the last one is the call's key (`Runner._call_key`)
+        rng = jax.random.fold_in(jax.random.wrap_key_data(call_key), lax.axis_index(BATCH_AXIS))
         dynamic_values = iter(dynamic)
         leaves = []
         for kind, constant in kinds:
@@ -349,7 +362,8 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
                 value = next(dynamic_values)
                 leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
-        out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs)
+        with call_context.call_context(rng=jax.random.key_data(rng)):
+            out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs)
         if found is not None:
             found.append(this_trace)
         else:

@@ -209,9 +209,9 @@ class Layer(LayerWeights, metaclass=abc.ABCMeta):
             return outputs
         outer = call_context.current()
         training = kwargs.pop("training", None)
-        with call_context.call_context(training=training) as context, \
+        with call_context.call_context(training=training, in_layer=True) as context, \
                 name_scope(self.name, self):
-            if outer is None:
+            if outer is None or not outer.in_layer:  # the pass's outermost layer call
                 self._clear_losses()
             if self.autocast:
                 args, kwargs = dtype_policies.convert_inputs((args, kwargs), self.compute_dtype)

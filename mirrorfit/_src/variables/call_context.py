@@ -26,9 +26,10 @@ _EAGER = {"seed": 0, "draws": itertools.count()}
 class CallContext:
     """One forward pass: ``training`` (``None``: not given) and its random keys."""
 
-    def __init__(self, training: bool | None, rng: Any):
+    def __init__(self, training: bool | None, rng: Any, in_layer: bool = False):
         self.training = training
         self.rng = rng
+        self.in_layer = in_layer  # opened by a layer's call (not by a step or strategy.run)
         self._draws = itertools.count()
 
     def next_rng(self) -> jax.Array:
@@ -51,13 +52,16 @@ def current() -> CallContext | None:
 
 
 @contextlib.contextmanager
-def call_context(training: bool | None = None, rng: Any = None) -> Iterator[CallContext]:
-    """Opens a context; ``None`` arguments inherit the enclosing context's values."""
+def call_context(training: bool | None = None, rng: Any = None, *,
+                 in_layer: bool = False) -> Iterator[CallContext]:
+    """Opens a context; ``None`` arguments inherit the enclosing context's values.
+    ``in_layer``: a layer's call opens it (the outermost layer call of a pass starts the
+    pass's ``losses`` afresh)."""
     outer = current()
     if outer is not None:
         training = outer.training if training is None else training
         rng = outer.rng if rng is None else rng
-    context = CallContext(training, rng)
+    context = CallContext(training, rng, in_layer)
     _stack().append(context)
     try:
         yield context
@@ -103,6 +107,11 @@ def init_rng() -> jax.Array:
     seed, draws = stack[-1]
     with jax.ensure_compile_time_eval():
         return jax.random.fold_in(jax.random.PRNGKey(seed), next(draws))
+
+
+def stream_seed() -> int:
+    """The seed of the process-wide stream (`set_random_seed`'s, 0 by default)."""
+    return _EAGER["seed"]
 
 
 def set_random_seed(seed: int) -> None:
