@@ -1,6 +1,8 @@
 """Subclassed models, models used as layers, and a model's weights as Variables
 (mirrorfit/_src/models/object_model.py)."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,22 +83,29 @@ def _numpy_loss(model, x, y):
     return -log_probs[np.arange(len(y)), y].mean()
 
 
-def test_a_functional_model_held_by_a_subclass_shares_its_weights():
+class AutoEncoder(mf.Model):
+    """A subclassed model holding a functional ``encoder`` model as an attribute."""
+
+    def __init__(self, encoder, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = L.Dense(4)
+
+    def call(self, x):
+        return self.decoder(self.encoder(x))
+
+
+def _compiled_autoencoder():
     with mirrored_strategy(2).scope():
         inputs = L.Input((4,))
         encoder = mf.Model(inputs, L.Dense(2, name="code")(inputs))
-
-        class AutoEncoder(mf.Model):
-            def __init__(self, encoder, **kwargs):
-                super().__init__(**kwargs)
-                self.encoder = encoder
-                self.decoder = L.Dense(4)
-
-            def call(self, x):
-                return self.decoder(self.encoder(x))
-
         model = AutoEncoder(encoder)
         model.compile(mf.optimizers.SGD(0.1), "mse")
+    return encoder, model
+
+
+def test_a_functional_model_held_by_a_subclass_shares_its_weights():
+    encoder, model = _compiled_autoencoder()
     before = encoder.get_weights()
     model.fit(X, X, batch_size=8, epochs=2, verbose=0)
     trained = jax.device_get(model.params)["encoder"]["code"]
@@ -223,21 +232,7 @@ def test_weight_constraints_apply_after_every_fit_update():
 
 
 def test_callbacks_read_the_current_weights_of_layers_and_inner_models_during_fit():
-    with mirrored_strategy(2).scope():
-        inputs = L.Input((4,))
-        encoder = mf.Model(inputs, L.Dense(2, name="code")(inputs))
-
-        class AutoEncoder(mf.Model):
-            def __init__(self, encoder, **kwargs):
-                super().__init__(**kwargs)
-                self.encoder = encoder
-                self.decoder = L.Dense(4)
-
-            def call(self, x):
-                return self.decoder(self.encoder(x))
-
-        model = AutoEncoder(encoder)
-        model.compile(mf.optimizers.SGD(0.1), "mse")
+    encoder, model = _compiled_autoencoder()
     seen = []
 
     class Peek(mf.callbacks.Callback):
@@ -247,6 +242,6 @@ def test_callbacks_read_the_current_weights_of_layers_and_inner_models_during_fi
     for _ in range(2):  # the second fit starts from the variables the first one wrote
         model.fit(X, X, batch_size=8, epochs=2, verbose=0, callbacks=[Peek()])
     kernels = [kernel for kernel, _ in seen]
-    assert all(not np.allclose(a, b) for a, b in zip(kernels, kernels[1:]))
+    assert all(not np.allclose(a, b) for a, b in itertools.pairwise(kernels))
     np.testing.assert_array_equal(kernels[-1], model.decoder.weights[0].numpy())
     np.testing.assert_allclose(seen[-1][1], encoder.predict(X, verbose=0), rtol=1e-6)
