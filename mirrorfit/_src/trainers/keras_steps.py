@@ -60,7 +60,7 @@ from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.jax_steps import run_jax_hook
 from mirrorfit._src.trainers.object_step import ObjectStep, current_step
 from mirrorfit._src.trainers.state import TrainState, step_rng
-from mirrorfit._src.trainers.step_family import StepConfig, skip_filler
+from mirrorfit._src.trainers.step_family import StepConfig, update_batch
 from mirrorfit._src.variables.autodiff import value_and_grad
 from mirrorfit._src.variables.variable import Variable
 
@@ -287,10 +287,7 @@ class KerasHooks:
                 new_state = new_state._replace(step=state.step + 1, rng=state.rng)
                 return new_state, stats_lib.flatten(stats)[0]
 
-            if not skip_empty:
-                return update((state, statistics))
-            real_rows = lax.psum(jnp.sum(batch.mask, dtype=jnp.float32), BATCH_AXIS)
-            return skip_filler(real_rows, update, (state, statistics))
+            return update_batch(batch, update, (state, statistics), skip_empty=skip_empty)
         return step
 
     def eval_step(self, cfg: StepConfig) -> Callable:

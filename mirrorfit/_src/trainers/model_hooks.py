@@ -65,7 +65,7 @@ from mirrorfit._src.trainers.step_family import (
     StepConfig,
     StepFamily,
     mean_non_param_collections,
-    skip_filler,
+    update_batch,
 )
 from mirrorfit._src.trainers.steps import BUILTIN
 from mirrorfit._src.variables.autodiff import value_and_grad
@@ -287,10 +287,7 @@ class HookedSteps(StepFamily):
                 new_state = new_state._replace(step=state.step + 1, rng=state.rng)
                 return new_state, statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
 
-            if not skip_empty:
-                return update((state, statistics))
-            real_rows = lax.psum(jnp.sum(batch.mask, dtype=jnp.float32), BATCH_AXIS)
-            return skip_filler(real_rows, update, (state, statistics))
+            return update_batch(batch, update, (state, statistics), skip_empty=skip_empty)
         return step
 
     def eval_step(self, cfg: StepConfig) -> Callable:

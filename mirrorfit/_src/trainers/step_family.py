@@ -30,6 +30,7 @@ import optax
 from jax import lax
 
 from mirrorfit._src.distribute.batch import Batch
+from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.distribute.replica_context import get_replica_context
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.adapters import ModuleAdapter
@@ -143,6 +144,16 @@ def skip_filler(global_real_rows: jax.Array, update: Callable[[Carry], Carry],
         The updated ``carry``, or ``carry`` itself for a filler.
     """
     return lax.cond(global_real_rows > 0, update, lambda carry: carry, carry)
+
+
+def update_batch(batch: Batch, update: Callable[[Carry], Carry], carry: Carry, *,
+                 skip_empty: bool) -> Carry:
+    """``update(carry)``; with ``skip_empty``, `skip_filler` on ``batch`` 's real rows
+    (all-reduced here), for the steps whose update is a hook's (custom and Keras steps)."""
+    if not skip_empty:
+        return update(carry)
+    real_rows = lax.psum(jnp.sum(batch.mask, dtype=jnp.float32), BATCH_AXIS)
+    return skip_filler(real_rows, update, carry)
 
 
 def mean_non_param_collections(model_state: Any) -> Any:
