@@ -153,8 +153,9 @@ class ObjectModel:
         """Writes the state's values into the variables (subclassed models and the
         Keras-style layers of a functional graph)."""
         state = self.__dict__.get("_mf_state")
-        if state is None:
+        if state is None or self.__dict__.get("_mf_pushed") is state:  # already written
             return
+        self.__dict__["_mf_pushed"] = state
         # Copies: fit donates the state's buffers, which the variables must not share.
         params, model_state = _copied((state.params, state.model_state))
         if self.is_subclassed:
