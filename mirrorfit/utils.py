@@ -6,5 +6,9 @@ from mirrorfit._src.trainers.data_adapters.py_dataset_adapter import PyDataset a
 from mirrorfit._src.trainers.keras_steps import (
     unpack_x_y_sample_weight as unpack_x_y_sample_weight,
 )
+from mirrorfit._src.utils.numerical_utils import normalize as normalize
+from mirrorfit._src.utils.numerical_utils import to_categorical as to_categorical
+from mirrorfit._src.utils.sequence_utils import pad_sequences as pad_sequences
 
-__all__ = ["PyDataset", "set_random_seed", "simulate_cpu_devices", "unpack_x_y_sample_weight"]
+__all__ = ["PyDataset", "normalize", "pad_sequences", "set_random_seed", "simulate_cpu_devices",
+           "to_categorical", "unpack_x_y_sample_weight"]
