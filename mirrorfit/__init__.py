@@ -6,6 +6,7 @@ per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 """
 
 from mirrorfit import callbacks as callbacks
+from mirrorfit import constraints as constraints
 from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
@@ -69,6 +70,7 @@ __all__ = [
     "apply_gradients",
     "batch_mask",
     "callbacks",
+    "constraints",
     "compute_average_loss",
     "function",
     "get_replica_context",

@@ -13,6 +13,9 @@ A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
   found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
   ``custom_objects``);
+* weight constraints (``kernel_constraint=``, ...; `constraints.CONSTRAINED_WEIGHTS`) are
+  read by the trainer, which applies them after every optimizer update
+  (`mirrorfit._src.layers.model_info.weight_constraints`);
 * weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
   when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
   ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
@@ -30,7 +33,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import activations, flax_bridge, functional, initializers, regularizers
+from mirrorfit._src.layers import (
+    activations,
+    constraints,
+    flax_bridge,
+    functional,
+    initializers,
+    regularizers,
+)
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.utils import registry
@@ -61,6 +71,8 @@ def _from_json(field: str, value: Any) -> Any:
     """A constructor argument from its `Layer.get_config` value."""
     if field.endswith("regularizer") and isinstance(value, dict):
         return regularizers.get(value)
+    if field.endswith("constraint") and isinstance(value, dict):
+        return constraints.deserialize(value)
     if field.endswith("activation") and isinstance(value, str):
         return activations.deserialize(value)
     if field.endswith("initializer") and isinstance(value, str):
@@ -203,7 +215,8 @@ class FlaxLayer(nn.Module):
         """The constructor arguments as JSON-able values (as ``keras.layers.Layer.get_config``).
 
         Raises:
-            ValueError: an argument (activation, initializer, regularizer) that has no JSON form.
+            ValueError: an argument (activation, initializer, regularizer, constraint) that has
+                no JSON form.
         """
         config: dict[str, Any] = {}
         for field in dataclasses.fields(self):
@@ -214,6 +227,8 @@ class FlaxLayer(nn.Module):
                 value = activations.serialize(value)
             elif field.name.endswith("regularizer"):
                 value = regularizers.serialize(value)
+            elif field.name.endswith("constraint"):
+                value = constraints.serialize(value)
             elif field.name.endswith("initializer"):
                 value = initializers.serialize(value)
             elif field.name == "dtype" and value is not None and not isinstance(value, str):
@@ -225,13 +240,13 @@ class FlaxLayer(nn.Module):
     def from_config(cls, config: dict[str, Any]) -> FlaxLayer:
         """A layer from ``get_config()``'s output.
 
-        Regularizer configs become objects; activation and initializer names that are not
+        Regularizer and constraint configs become objects; activation and initializer names that are not
         Keras' (your functions) become the functions registered with
         ``mf.saving.register_serializable`` or given in ``custom_objects`` (through
         ``mf.saving.custom_object_scope``, as ``load_model`` does).
 
         Raises:
-            ValueError: a regularizer, activation or initializer found nowhere.
+            ValueError: a regularizer, constraint, activation or initializer found nowhere.
         """
         return cls(**{k: _from_json(k, v) for k, v in config.items()})
 
