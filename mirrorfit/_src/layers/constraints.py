@@ -156,7 +156,7 @@ CONSTRAINTS.register(UnitNorm, aliases=("unit_norm",))
 CONSTRAINTS.register(MinMaxNorm, aliases=("min_max_norm",))
 
 
-def get(identifier: Any) -> Callable[[jax.Array], jax.Array] | None:
+def get(identifier: Any) -> Any:
     """A constraint from ``None``, a Keras name, a `serialize` dict or a callable, as
     ``keras.constraints.get``.
 
