@@ -75,7 +75,7 @@ def _from_json(field: str, value: Any) -> Any:
         return constraints.deserialize(value)
     if field.endswith("activation") and isinstance(value, str):
         return activations.deserialize(value)
-    if field.endswith("initializer") and isinstance(value, str):
+    if field.endswith("initializer") and isinstance(value, (str, dict)):
         return initializers.deserialize(value)
     return value
 

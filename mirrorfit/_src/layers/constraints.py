@@ -77,8 +77,8 @@ class MaxNorm(Constraint):
             ``[rows, cols, in, filters]`` (one per filter).
 
     Example:
-        >>> mf.constraints.MaxNorm(1.0)(jnp.array([[3.0, 0.3], [4.0, 0.4]]))
-        Array([[0.6, 0.3],
+        >>> np.asarray(mf.constraints.MaxNorm(1.0)(jnp.array([[3.0, 0.3], [4.0, 0.4]]))).round(4)
+        array([[0.6, 0.3],
                [0.8, 0.4]], dtype=float32)
     """
 
