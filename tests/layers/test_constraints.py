@@ -2,6 +2,8 @@
 ``*_constraint`` arguments applied after every update of a fit (1 and 8 replicas), inside
 Keras-style layers, and through save/load."""
 
+import flax.linen as nn
+import jax
 import numpy as np
 import pytest
 
@@ -119,3 +121,13 @@ def test_built_in_layer_inside_a_keras_style_layer_puts_its_constraint_on_its_va
     block(X[:2])
     constraints = {v.path.split("/")[-1]: v.constraint for v in block.dense.weights}
     assert constraints == {"kernel": mf.constraints.NonNeg(), "bias": None}
+
+
+def test_constraint_inside_a_plain_flax_module_warns_that_it_is_not_applied():
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return mf.layers.Dense(2, kernel_constraint=mf.constraints.NonNeg())(x)
+
+    with pytest.warns(mf.MirrorfitWarning, match="constraint on 'kernel' is not applied"):
+        Net().init(jax.random.PRNGKey(0), X[:2])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
@@ -40,10 +41,12 @@ from mirrorfit._src.layers import (
     functional,
     initializers,
     regularizers,
+    sequential,
 )
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.utils import registry
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 if TYPE_CHECKING:
     # Flax's dataclass_transform names only its own field specifier, so a type checker would
@@ -53,6 +56,13 @@ else:
     from dataclasses import field as layer_field
 
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)
+
+CONSTRAINT_NOT_APPLIED = (
+    "{layer}'s constraint on {weight!r} is not applied: the trainer applies the built-in "
+    "layers' constraint arguments for the layers of an mf.layers functional or Sequential "
+    "model and of a Keras-style Layer/Model (subclassed), but this {layer} sits inside the "
+    "Flax module {parent}. Use it in such a model, or apply the constraint yourself after "
+    "each update. Received: {argument}")
 
 LAYERS = registry.Registry("layer", "mirrorfit.layers")
 """The ``mirrorfit.layers`` classes by class name; ``@register`` adds one."""
@@ -185,10 +195,27 @@ class FlaxLayer(nn.Module):
                regularizer: Any = None) -> jax.Array:
         """Creates (or reads) float32 param ``name``, sows its penalty, casts it to compute."""
         value = self.param(name, initializers.get(initializer), shape, jnp.float32)
+        if self.is_initializing():
+            self._check_constraint_applies(name)
         penalty = regularizers.get(regularizer)
         if penalty is not None and not self.is_initializing():
             self.sow(LOSSES, f"{name}_regularizer", penalty(value))
         return value.astype(self.compute_dtype)
+
+    def _check_constraint_applies(self, name: str) -> None:
+        """Warns when ``name`` has a constraint that no trainer would apply: the layer is
+        neither a node of a layers model nor called on its own Variables (a Flax module's
+        child; `mirrorfit._src.layers.model_info.weight_constraints`)."""
+        parent = self.parent
+        if (not isinstance(parent, nn.Module) or isinstance(
+                parent, (functional.FunctionalModule, sequential.SequentialModule))):
+            return
+        for argument, weight in constraints.CONSTRAINED_WEIGHTS.items():
+            if weight == name and getattr(self, argument, None) is not None:
+                warnings.warn(CONSTRAINT_NOT_APPLIED.format(
+                    layer=type(self).__name__, weight=name, parent=type(parent).__name__,
+                    argument=f"{argument}={getattr(self, argument)!r}"),
+                    MirrorfitWarning, stacklevel=3)
 
     def activity(self, outputs: jax.Array) -> jax.Array:
         """Sows the activity penalty / batch size (as Keras 3's ``Layer.__call__``)."""
