@@ -131,3 +131,11 @@ def test_constraint_inside_a_plain_flax_module_warns_that_it_is_not_applied():
 
     with pytest.warns(mf.MirrorfitWarning, match="constraint on 'kernel' is not applied"):
         Net().init(jax.random.PRNGKey(0), X[:2])
+
+
+def test_add_weight_takes_a_constraint_by_keras_name():
+    layer = mf.layers.Layer()
+    weight = layer.add_weight(shape=(2,), initializer="zeros", constraint="non_neg")
+    assert weight.constraint == mf.constraints.NonNeg()
+    with pytest.raises(ValueError, match="Received: constraint=3"):
+        layer.add_weight(shape=(2,), initializer="zeros", constraint=3)
