@@ -81,8 +81,9 @@ def constraint_cases() -> list[tuple[str, Callable[[Any], Any]]]:
              ("MinMaxNorm", {"min_value": 1.0, "max_value": 2.0, "rate": 0.3, "axis": 1}, DENSE)]
     cases: list[tuple[str, Callable[[Any], Any]]] = []
     for name, kwargs, w in specs:
-        cases.append((f"{name}({kwargs}) on {w.shape}", lambda m, n=name, kw=kwargs, w=w: np.asarray(
-            getattr(m.constraints, n)(**kw)(w))))
+        cases.append((f"{name}({kwargs}) on {w.shape}",
+                      lambda m, n=name, kw=kwargs, w=w: np.asarray(
+                          getattr(m.constraints, n)(**kw)(w))))
     return cases
 
 

@@ -267,10 +267,10 @@ class FlaxLayer(nn.Module):
     def from_config(cls, config: dict[str, Any]) -> FlaxLayer:
         """A layer from ``get_config()``'s output.
 
-        Regularizer and constraint configs become objects; activation and initializer names that are not
-        Keras' (your functions) become the functions registered with
-        ``mf.saving.register_serializable`` or given in ``custom_objects`` (through
-        ``mf.saving.custom_object_scope``, as ``load_model`` does).
+        Regularizer, constraint and initializer configs become objects; activation and
+        initializer names that are not Keras' (your functions) become the functions
+        registered with ``mf.saving.register_serializable`` or given in ``custom_objects``
+        (through ``mf.saving.custom_object_scope``, as ``load_model`` does).
 
         Raises:
             ValueError: a regularizer, constraint, activation or initializer found nowhere.

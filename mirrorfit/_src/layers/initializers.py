@@ -142,8 +142,8 @@ class TruncatedNormal(_Seeded):
         return self.mean + self.stddev * draw
 
 
-_DISTRIBUTIONS: dict[str, Any] = {"truncated_normal": "truncated_normal", "untruncated_normal": "normal",
-                  "uniform": "uniform"}  # Keras' names -> jax.nn.initializers'
+_DISTRIBUTIONS: dict[str, Any] = {  # Keras' names -> jax.nn.initializers'
+    "truncated_normal": "truncated_normal", "untruncated_normal": "normal", "uniform": "uniform"}
 
 
 @dataclasses.dataclass(frozen=True)
