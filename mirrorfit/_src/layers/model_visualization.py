@@ -207,7 +207,7 @@ def model_figure(boxes: list[Box], rankdir: str = "TB") -> Any:
 
 def plot_model(model: Any, to_file: str | os.PathLike[str] = "model.png",
                show_shapes: bool = False, show_dtype: bool = False,
-               show_layer_names: bool = True, rankdir: str = "TB", dpi: int = 200,
+               show_layer_names: bool = False, rankdir: str = "TB", dpi: int = 200,
                show_layer_activations: bool = False, show_trainable: bool = False) -> Any:
     """Draws the model's layer graph to ``to_file``, as ``keras.utils.plot_model``.
 
@@ -222,7 +222,7 @@ def plot_model(model: Any, to_file: str | os.PathLike[str] = "model.png",
         show_shapes: add each layer's input and output shapes (``None`` batch).
         show_dtype: add each layer's output dtype.
         show_layer_names: label boxes ``"name (ClassName)"`` rather than ``"ClassName"``
-            (tf.keras 2's default, ``True``; Keras 3's is ``False``).
+            (Keras 3's default, ``False``; tf.keras 2's was ``True``).
         rankdir: ``"TB"``: top to bottom; ``"LR"``: left to right.
         dpi: the image resolution, in dots per inch.
         show_layer_activations: add the activation of layers that have one.
