@@ -44,9 +44,9 @@ def _model(replicas, shard, optimizer, steps_per_execution=1):
     return model
 
 
-def _fit(model, callbacks=(), epochs=2):
+def _fit(model, callbacks=(), epochs=2, **kwargs):
     return model.fit(X, Y, batch_size=24, epochs=epochs, verbose=0, shuffle=False,
-                     callbacks=list(callbacks))
+                     callbacks=list(callbacks), **kwargs)
 
 
 @pytest.mark.parametrize("replicas,name", [
@@ -98,14 +98,15 @@ def test_backup_and_restore_resumes_sharded_run_bitwise(tmp_path):
     make, _ = OPTIMIZERS["loss_scale_adamw_decay_exclusions_clipnorm"]
     model = _model(8, True, make())
     initial = jax.device_get(model.state)
-    _fit(model)
-    expected = model.get_weights()
+    validation = {"validation_data": (X[:30], Y[:30])}  # evaluate with a split state too
+    expected = _fit(model, **validation).history
+    weights = model.get_weights()
     model.assign_state(**initial._asdict())
     backup = mf.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=2)
     with pytest.raises(Interrupt):
-        _fit(model, [backup, interrupt_after(model, 7)])
-    _fit(model, [backup])
-    tree_equal(model.get_weights(), expected)
+        _fit(model, [backup, interrupt_after(model, 7)], **validation)
+    assert _fit(model, [backup], **validation).history == expected
+    tree_equal(model.get_weights(), weights)
 
 
 def test_saved_model_holds_full_state_and_loads_at_other_replica_counts(tmp_path):

@@ -53,7 +53,7 @@ class MirroredStrategy(DeviceMesh):
     holds only its block of every optimizer-state leaf: ``fit`` reduce-scatters the
     gradients instead of all-reducing them, updates its block of the params and all-gathers
     them, so the params stay mirrored and the results equal the mirrored run's (see
-    ``docs/guides/distributed.md``, "Sharded optimizer state").
+    ``docs/guides/sharded_optimizer_state.md``).
 
     Args:
         devices: the ``jax.Device`` s to mirror over, one replica each. ``None`` means every
