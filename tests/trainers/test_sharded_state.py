@@ -10,7 +10,16 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from tests.helpers import Interrupt, interrupt_after, tree_allclose, tree_equal
+from mirrorfit._src.distribute.batch import place_batches
+from mirrorfit._src.trainers import data_adapters
+from tests.helpers import (
+    Interrupt,
+    all_reduce_operands,
+    count_step_compiles,
+    interrupt_after,
+    tree_allclose,
+    tree_equal,
+)
 
 _RNG = np.random.default_rng(0)
 X = _RNG.normal(size=(100, 8)).astype(np.float32)  # 100 rows in batches of 24: last has 4
@@ -57,7 +66,10 @@ def test_sharded_fit_equals_mirrored_fit(replicas, name):
     make, steps_per_execution = OPTIMIZERS[name]
     mirrored = _model(replicas, False, make(), steps_per_execution)
     sharded = _model(replicas, True, make(), steps_per_execution)
-    expected, got = _fit(mirrored), _fit(sharded)
+    expected = _fit(mirrored)
+    with count_step_compiles() as compiles:
+        got = _fit(sharded)
+    assert compiles == [1]
     # Reduce-scatter and all-reduce add in different orders: equal to float32 rounding.
     tree_allclose(sharded.get_weights(), mirrored.get_weights(), rtol=1e-5, atol=1e-7)
     tree_allclose(jax.device_get(sharded.opt_state), jax.device_get(mirrored.opt_state),
@@ -70,6 +82,20 @@ def test_sharded_fit_equals_mirrored_fit(replicas, name):
     assert bool(split) == (replicas > 1)
     for leaf in split:  # each device holds 1/replicas of a split leaf
         assert leaf.addressable_shards[0].data.size * replicas == leaf.size
+
+
+def test_sharded_step_reduce_scatters_split_gradients_and_all_gathers_their_params():
+    model = _model(8, True, OPTIMIZERS["optax_chain"][0]())
+    _fit(model, epochs=1)
+    data = data_adapters.get_data_adapter(X, Y, batch_size=24, num_replicas=8)
+    batch = next(place_batches(data.batches(0), model.strategy))
+    statistics = model.trainer._fresh_statistics(model.state, batch)
+    hlo = model.trainer.train_fn.lower(model.state, statistics, batch).compile().as_text()
+    # Dense(24)'s kernel [8, 24] and bias [24] and Dense(3)'s kernel [24, 3] are split over
+    # 8 replicas (XLA may combine their collectives); Dense(3)'s bias [3] is not: one
+    # all-reduce carries its gradient and the statistics.
+    assert hlo.count(" reduce-scatter(") >= 1 and hlo.count(" all-gather(") >= 1
+    assert [len(operands) for operands in all_reduce_operands(hlo)] == [2]
 
 
 def test_compile_refuses_optimizers_that_need_whole_leaves():

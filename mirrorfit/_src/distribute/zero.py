@@ -146,3 +146,13 @@ def gather_blocks(blocks: Any, like: Any) -> Any:
     return treedef.unflatten([
         b if a is None else lax.all_gather(b, BATCH_AXIS, axis=a, tiled=True)
         for b, a in zip(leaves, axes)])
+
+
+def host_copy(mesh: DeviceMesh, tree: Any) -> Any:
+    """``tree`` (a training state) on the host, whole, for a checkpoint.
+
+    ``jax.device_get``, or with a sharded optimizer state ``mesh.fetch``, which also
+    all-gathers leaves split over the devices of several processes: then every process
+    calls it at the same point (as every process writes a checkpoint).
+    """
+    return mesh.fetch(tree) if mesh.shard_optimizer_state else jax.device_get(tree)
