@@ -13,7 +13,7 @@ import mirrorfit as mf
 from mirrorfit._src.distribute import zero
 
 
-def test_place_optimizer_state_splits_leaves_along_largest_divisible_axis():
+def test_place_optimizer_state_splits_leaves_along_first_divisible_axis():
     state = {"kernel": np.ones((3, 16), np.float32), "odd": np.ones((5,), np.float32),
              "count": np.int32(0)}
     strategy = mf.MirroredStrategy(jax.devices()[:8], shard_optimizer_state=True)

@@ -59,7 +59,7 @@ class MirroredStrategy(DeviceMesh):
         devices: the ``jax.Device`` s to mirror over, one replica each. ``None`` means every
             local device of the default backend (the CPU when there is no accelerator).
         shard_optimizer_state: split the optimizer state over the replicas (each leaf along
-            its largest axis that divides by ``num_replicas_in_sync``; others stay
+            its first axis that divides by ``num_replicas_in_sync``; others stay
             mirrored) instead of mirroring it. For ``fit``/``train_on_batch`` with the
             built-in train step; ``model.opt_state`` keeps its full shapes, and checkpoints
             hold the full state.

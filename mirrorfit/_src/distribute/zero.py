@@ -1,7 +1,8 @@
 """A sharded optimizer state (ZeRO-1/2): its placement, and the train step's collectives.
 
 With ``MirroredStrategy(shard_optimizer_state=True)`` every optimizer-state leaf is split
-over the ``"batch"`` axis along its `shard_axis` (`optimizer_state_sharding`,
+over the ``"batch"`` axis along its `shard_axis` (its first axis that divides by the
+replica count; `optimizer_state_sharding`,
 `place_optimizer_state`): a ``jax.Array`` of the leaf's full shape of which each device
 holds one block, so a device holds about ``1 / num_replicas_in_sync`` of the state, and
 ``jax.device_get`` (checkpoints, ``model.opt_state``) reads the whole. In the train step a
@@ -43,24 +44,25 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 def shard_axis(shape: Sequence[int], num_replicas: int) -> int | None:
     """The axis an optimizer-state leaf (and its param's gradient) is split along.
 
-    The largest axis whose size divides by ``num_replicas`` (the first of equals), so every
-    replica holds an equal block of whole elements and no padding; ``None`` (the leaf stays
-    mirrored) for one replica, scalars, or when no axis divides. A leaf and its param have
-    the same shape, so they are split alike.
+    The first (outermost) axis whose size divides by ``num_replicas``, so every replica holds
+    an equal block of whole elements and no padding, and in row-major layout a block is one
+    contiguous range of the leaf: slicing it, reduce-scattering into it and all-gathering it
+    need no transposes (an inner axis cost XLA:CPU a layout copy of the leaf per step).
+    ``None`` (the leaf stays mirrored) for one replica, scalars, or when no axis divides. A
+    leaf and its param have the same shape, so they are split alike.
 
     Args:
         shape: the leaf's shape.
         num_replicas: the replicas the leaf is split over.
 
     Example:
-        >>> shard_axis((3, 16), 8), shard_axis((5,), 8), shard_axis((), 8)
-        (1, None, None)
+        >>> shard_axis((16, 3), 8), shard_axis((3, 16), 8), shard_axis((5,), 8), shard_axis((), 8)
+        (0, 1, None, None)
     """
     if num_replicas == 1:
         return None
-    fits = [(size, -axis) for axis, size in enumerate(shape)
-            if size > 0 and size % num_replicas == 0]
-    return -max(fits)[1] if fits else None
+    return next((axis for axis, size in enumerate(shape)
+                 if size > 0 and size % num_replicas == 0), None)
 
 
 def optimizer_state_sharding(mesh: DeviceMesh, shape: Sequence[int]) -> NamedSharding:
