@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.distribute.mesh import DeviceMesh
@@ -46,10 +47,14 @@ def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
 
 def state_out_specs(strategy: DeviceMesh, state: TrainState) -> Any:
     """The ``out_specs`` of the train step's state: ``P()`` (all mirrored), or with a
-    sharded optimizer state each leaf's own spec (the step returns it placed as it came)."""
-    if not strategy.shard_optimizer_state:
-        return P()
-    return specs_like(strategy, (state,))[0]
+    sharded optimizer state or per-replica gradient accumulators
+    (`mirrorfit._src.trainers.accumulation`) each leaf's own spec (the step returns it
+    placed as it came)."""
+    specs = specs_like(strategy, (state,))[0]
+    if strategy.shard_optimizer_state or any(
+            spec != P() for spec in jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, P))):
+        return specs
+    return P()
 
 
 def finalized(strategy: DeviceMesh, state: TrainState) -> Any:

@@ -53,7 +53,7 @@ from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.trainers import fingerprint, numerics, sharded_state, step_cost
+from mirrorfit._src.trainers import accumulation, fingerprint, numerics, sharded_state, step_cost
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -114,7 +114,7 @@ class Trainer(TrainingLoop):
     def configure(self, config: StepConfig, steps_per_execution: int = 1) -> None:
         """Sets the loss, metrics, optimizer and step family (``compile``); later fits
         compile anew. Every train and eval step is built by ``config.family``."""
-        self.config = config = sharded_state.configured(config, self.strategy)
+        self.config = config = accumulation.configured(config, self.strategy)
         self.steps_per_execution = steps_per_execution
         self._layouts = {}
         self._warned = set()
