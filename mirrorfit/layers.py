@@ -44,7 +44,12 @@ from mirrorfit._src.layers.preprocessing.image_color import RandomContrast as Ra
 from mirrorfit._src.layers.preprocessing.image_geometry import CenterCrop as CenterCrop
 from mirrorfit._src.layers.preprocessing.image_geometry import RandomCrop as RandomCrop
 from mirrorfit._src.layers.preprocessing.image_geometry import Resizing as Resizing
+from mirrorfit._src.layers.preprocessing.lookup import IntegerLookup as IntegerLookup
+from mirrorfit._src.layers.preprocessing.lookup import StringLookup as StringLookup
 from mirrorfit._src.layers.preprocessing.normalization import Normalization as Normalization
+from mirrorfit._src.layers.preprocessing.text_vectorization import (
+    TextVectorization as TextVectorization,
+)
 from mirrorfit._src.layers.recurrent import GRU as GRU
 from mirrorfit._src.layers.recurrent import LSTM as LSTM
 from mirrorfit._src.layers.recurrent import SimpleRNN as SimpleRNN
@@ -86,6 +91,7 @@ __all__ = [
     "GlobalMaxPooling2D",
     "GroupNormalization",
     "Input",
+    "IntegerLookup",
     "KerasTensor",
     "Layer",
     "LayerNormalization",
@@ -107,6 +113,8 @@ __all__ = [
     "Resizing",
     "SeparableConv2D",
     "SimpleRNN",
+    "StringLookup",
+    "TextVectorization",
     "UpSampling2D",
     "ZeroPadding2D",
 ]
