@@ -37,7 +37,8 @@ class HostLayer:
         self.name = name or unique_name(snake_case(type(self).__name__))
         self.trainable = False
 
-    def __call__(self, inputs: Any) -> Any:
+    def __call__(self, inputs: Any, training: Any = None) -> Any:
+        """``call(inputs)``; ``training`` is accepted as Keras' and changes nothing."""
         if functional.is_symbolic(inputs):
             raise TypeError(HOST_LAYER_IN_GRAPH.format(cls=type(self).__name__, name=self.name))
         return self.call(inputs)

@@ -10,6 +10,7 @@ Each string is standardized (lowercased and/or stripped of Keras' punctuation se
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,10 +23,13 @@ STANDARDIZE = ("lower_and_strip_punctuation", "lower", "strip_punctuation")
 SPLIT = ("whitespace", "character")
 # Keras' DEFAULT_STRIP_REGEX (``,-\.`` is the range from "," to ".").
 PUNCTUATION = re.compile(r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']')
+ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # tf.strings.lower
 
 
 def _strings(inputs: Any) -> np.ndarray:
     """``inputs`` as a NumPy array of Python strings (bytes decoded as UTF-8)."""
+    if hasattr(inputs, "numpy"):  # a TensorFlow tensor (a tf.data batch)
+        inputs = inputs.numpy()
     array = np.asarray(inputs, dtype=object)
     return np.vectorize(lambda s: s.decode("utf-8") if isinstance(s, bytes) else str(s),
                         otypes=[object])(array) if array.size else array
@@ -38,7 +42,8 @@ class TextVectorization(HostLayer):
     Args:
         max_tokens: the most vocabulary indices, the padding ``""`` and ``"[UNK]"`` included.
         standardize: ``"lower_and_strip_punctuation"``, ``"lower"``, ``"strip_punctuation"``,
-            ``None``, or a function of a NumPy array of strings returning one.
+            ``None``, or a function of a NumPy array of strings returning one. Lowercasing is
+            ASCII-only, as Keras' ``tf.strings.lower``.
         split: ``"whitespace"``, ``"character"``, ``None`` (each string is one token), or a
             function of a string returning its tokens.
         ngrams: ``None``, ``n`` (all ngrams up to ``n``) or a tuple of ngram widths.
@@ -107,7 +112,7 @@ class TextVectorization(HostLayer):
         if callable(self.standardize):
             return _strings(self.standardize(strings.astype(str)))  # as Keras off TF
         if self.standardize in ("lower", "lower_and_strip_punctuation"):
-            strings = np.vectorize(str.lower, otypes=[object])(strings)
+            strings = np.vectorize(lambda s: s.translate(ASCII_LOWER), otypes=[object])(strings)
         if self.standardize in ("strip_punctuation", "lower_and_strip_punctuation"):
             strings = np.vectorize(lambda s: PUNCTUATION.sub("", s), otypes=[object])(strings)
         return strings
