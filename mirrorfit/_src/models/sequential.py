@@ -99,7 +99,7 @@ class Sequential(Model):
     # -- host layers ------------------------------------------------------------------
     def _on_host(self, x: Any) -> Any:
         """``x`` (arrays, or a generator of ``(x, ...)`` batches) through the host layers."""
-        if not self._host_layers:
+        if not self._host_layers or x is None:
             return x
         if isinstance(x, (np.ndarray, list, tuple, str)) or hasattr(x, "__array__"):
             return apply_host_layers(self._host_layers, x)
@@ -109,7 +109,10 @@ class Sequential(Model):
         raise TypeError(HOST_SOURCE.format(names=names, kind=type(x).__name__))
 
     def _on_host_batch(self, batch: Any) -> Any:
-        if isinstance(batch, tuple):
+        """One batch of a generator: ``(x, y[, w])`` (a tuple, or a list not of strings) gets
+        ``x`` mapped; anything else is ``x``."""
+        if isinstance(batch, tuple) or (isinstance(batch, list) and batch
+                                        and not isinstance(batch[0], (str, bytes))):
             return (apply_host_layers(self._host_layers, batch[0]), *batch[1:])
         return apply_host_layers(self._host_layers, batch)
 
