@@ -35,6 +35,21 @@ from mirrorfit._src.layers.pooling import GlobalMaxPooling1D as GlobalMaxPooling
 from mirrorfit._src.layers.pooling import GlobalMaxPooling2D as GlobalMaxPooling2D
 from mirrorfit._src.layers.pooling import MaxPooling1D as MaxPooling1D
 from mirrorfit._src.layers.pooling import MaxPooling2D as MaxPooling2D
+from mirrorfit._src.layers.preprocessing.image_affine import RandomFlip as RandomFlip
+from mirrorfit._src.layers.preprocessing.image_affine import RandomRotation as RandomRotation
+from mirrorfit._src.layers.preprocessing.image_affine import RandomTranslation as RandomTranslation
+from mirrorfit._src.layers.preprocessing.image_affine import RandomZoom as RandomZoom
+from mirrorfit._src.layers.preprocessing.image_color import RandomBrightness as RandomBrightness
+from mirrorfit._src.layers.preprocessing.image_color import RandomContrast as RandomContrast
+from mirrorfit._src.layers.preprocessing.image_geometry import CenterCrop as CenterCrop
+from mirrorfit._src.layers.preprocessing.image_geometry import RandomCrop as RandomCrop
+from mirrorfit._src.layers.preprocessing.image_geometry import Resizing as Resizing
+from mirrorfit._src.layers.preprocessing.lookup import IntegerLookup as IntegerLookup
+from mirrorfit._src.layers.preprocessing.lookup import StringLookup as StringLookup
+from mirrorfit._src.layers.preprocessing.normalization import Normalization as Normalization
+from mirrorfit._src.layers.preprocessing.text_vectorization import (
+    TextVectorization as TextVectorization,
+)
 from mirrorfit._src.layers.recurrent import GRU as GRU
 from mirrorfit._src.layers.recurrent import LSTM as LSTM
 from mirrorfit._src.layers.recurrent import SimpleRNN as SimpleRNN
@@ -58,6 +73,7 @@ __all__ = [
     "AveragePooling1D",
     "AveragePooling2D",
     "BatchNormalization",
+    "CenterCrop",
     "Concatenate",
     "Conv1D",
     "Conv2D",
@@ -75,6 +91,7 @@ __all__ = [
     "GlobalMaxPooling2D",
     "GroupNormalization",
     "Input",
+    "IntegerLookup",
     "KerasTensor",
     "Layer",
     "LayerNormalization",
@@ -82,11 +99,22 @@ __all__ = [
     "MaxPooling2D",
     "MultiHeadAttention",
     "Multiply",
+    "Normalization",
     "Permute",
+    "RandomBrightness",
+    "RandomContrast",
+    "RandomCrop",
+    "RandomFlip",
+    "RandomRotation",
+    "RandomTranslation",
+    "RandomZoom",
     "Rescaling",
     "Reshape",
+    "Resizing",
     "SeparableConv2D",
     "SimpleRNN",
+    "StringLookup",
+    "TextVectorization",
     "UpSampling2D",
     "ZeroPadding2D",
 ]

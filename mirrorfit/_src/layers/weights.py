@@ -3,10 +3,11 @@
 Keras lists a model's weights layer by layer (``model.layers`` order: Sequential order, or
 the functional graph's depth order), and within a layer as it creates them: kernel before
 bias, ``gamma, beta, moving_mean, moving_variance`` for BatchNormalization, ``kernel,
-recurrent_kernel, bias`` for recurrent cells, and the ``query, key, value,
-attention_output`` sublayers of MultiHeadAttention. A Keras-style `Layer` lists its weights
-in its own ``layer.weights`` order. Flax dicts come back key-sorted from JAX transformations,
-so the order is rebuilt from names, never from dict order.
+recurrent_kernel, bias`` for recurrent cells, ``mean, variance, count`` for Normalization,
+and the ``query, key, value, attention_output`` sublayers of MultiHeadAttention. A
+Keras-style `Layer` lists its weights in its own ``layer.weights`` order. Flax dicts come
+back key-sorted from JAX transformations, so the order is rebuilt from names, never from
+dict order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mirrorfit._src.variables import tracking
 # Keras' creation order of weight and sublayer names inside one layer.
 _CREATION_ORDER = ("query", "key", "value", "attention_output", "depthwise_kernel",
                    "pointwise_kernel", "kernel", "recurrent_kernel", "bias", "gamma", "beta",
-                   "moving_mean", "moving_variance", "embeddings")
+                   "moving_mean", "moving_variance", "embeddings", "mean", "variance", "count")
 _RANK = {name: i for i, name in enumerate(_CREATION_ORDER)}
 _NOT_WEIGHTS = ("losses", "intermediates")
 
