@@ -14,6 +14,7 @@ from typing import Any
 import flax.linen as nn
 
 from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.input_layer import InputLayer
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.layers.sequential import sequential_module
 from mirrorfit._src.models.keras_models import model_module
@@ -23,8 +24,9 @@ from mirrorfit._src.modules.adapters import sequential
 
 def module_of(layers: list[Any], name: str | None = None) -> nn.Module:
     """The module running ``layers``: `SequentialModule` when they include ``mirrorfit.layers``
-    (or are empty), else `KerasSequential`."""
-    keras_style = not layers or any(isinstance(l, (KerasTensor, Layer)) for l in layers)
+    (or an `Input`/`InputLayer`, or are empty), else `KerasSequential`."""
+    keras_style = not layers or any(
+        isinstance(l, (KerasTensor, InputLayer, Layer)) for l in layers)
     return sequential_module(layers, name=name)[0] if keras_style else sequential(layers)
 
 
