@@ -38,9 +38,9 @@ class InputLayer:
             arguments; ``sparse=True`` or ``optional=True``.
 
     Example:
-        >>> model = mf.Sequential([mf.layers.InputLayer(shape=(4,)), mf.layers.Dense(2)])
-        >>> [layer.name for layer in model.layers]  # the InputLayer is not one of them
-        ['dense']
+        >>> mf.layers.InputLayer(input_shape=(4,)).output  # as mf.layers.Input((4,))
+        <KerasTensor shape=(None, 4), dtype=float32, name=None>
+        >>> layers = [mf.layers.InputLayer(shape=(4,)), mf.layers.Dense(2)]  # a Sequential's
     """
 
     def __init__(self, shape: Any = None, batch_size: int | None = None, dtype: Any = None,
