@@ -112,6 +112,11 @@ CASES = [
     ("Dot(axes=2, normalize=True)", K.Dot(axes=2, normalize=True),
      L.Dot(axes=2, normalize=True), [X3, data(2, 5, 3)]),
     ("Dot(axes=(1, 1)) [3D, 2D]", K.Dot(axes=(1, 1)), L.Dot(axes=(1, 1)), [X3, data(2, 6)]),
+    ("ConvLSTM2D(4, 3)", K.ConvLSTM2D(4, 3), L.ConvLSTM2D(4, 3), data(2, 3, 6, 6, 2)),
+    ("ConvLSTM2D(4, 3, 2, 'same', return_sequences, go_backwards)",
+     K.ConvLSTM2D(4, 3, strides=2, padding="same", return_sequences=True, go_backwards=True),
+     L.ConvLSTM2D(4, 3, strides=2, padding="same", return_sequences=True, go_backwards=True),
+     data(2, 3, 6, 6, 2)),
 ]
 
 HELPERS = ["add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate", "dot"]

@@ -12,6 +12,7 @@ from mirrorfit._src.layers.activation_layers import ReLU as ReLU
 from mirrorfit._src.layers.activation_layers import Softmax as Softmax
 from mirrorfit._src.layers.attention import MultiHeadAttention as MultiHeadAttention
 from mirrorfit._src.layers.base import FlaxLayer as FlaxLayer
+from mirrorfit._src.layers.conv_lstm import ConvLSTM2D as ConvLSTM2D
 from mirrorfit._src.layers.convolutional import Conv1D as Conv1D
 from mirrorfit._src.layers.convolutional import Conv1DTranspose as Conv1DTranspose
 from mirrorfit._src.layers.convolutional import Conv2D as Conv2D
@@ -113,6 +114,7 @@ __all__ = [
     "Conv2DTranspose",
     "Conv3D",
     "Conv3DTranspose",
+    "ConvLSTM2D",
     "Cropping1D",
     "Cropping2D",
     "Cropping3D",
