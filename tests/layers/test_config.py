@@ -129,8 +129,9 @@ def test_issue_29_layers_save_and_load_with_their_weights(tmp_path):
     assert [l.get_config() for l in loaded.layers] == [l.get_config() for l in model.layers]
     tree_equal(loaded.get_weights(), model.get_weights())  # same configs and weights
     assert loaded.count_params() == model.count_params()
-    # Conv3DTranspose, left out of the model, found by name in the layer registry.
-    conv = L.Conv3DTranspose(2, 3, strides=2, padding="same")
-    saved = json.dumps(mf.saving.serialize_keras_object(conv))
-    found = mf.saving.deserialize_keras_object(json.loads(saved))
-    assert type(found) is L.Conv3DTranspose and found.get_config() == conv.get_config()
+    # The layers left out of the model (compile time), found by name in the layer registry.
+    for layer in (L.Conv3DTranspose(2, 3, strides=2, padding="same"),
+                  L.ConvLSTM2D(4, 3, return_sequences=True)):
+        saved = json.dumps(mf.saving.serialize_keras_object(layer))
+        found = mf.saving.deserialize_keras_object(json.loads(saved))
+        assert type(found) is type(layer) and found.get_config() == layer.get_config()
