@@ -129,6 +129,10 @@ def test_issue_29_layers_save_and_load_with_their_weights(tmp_path):
     assert [l.get_config() for l in loaded.layers] == [l.get_config() for l in model.layers]
     tree_equal(loaded.get_weights(), model.get_weights())  # same configs and weights
     assert loaded.count_params() == model.count_params()
+    text = []
+    loaded.summary(print_fn=text.append)
+    for layer in loaded.layers:  # one row each, "name (ClassName)"
+        assert f"({type(layer).__name__})" in "".join(text)
     # The layers left out of the model (compile time), found by name in the layer registry.
     for layer in (L.Conv3DTranspose(2, 3, strides=2, padding="same"),
                   L.ConvLSTM2D(4, 3, return_sequences=True)):
