@@ -292,3 +292,32 @@ def as_tuple(value: Any, n: int, name: str) -> tuple[int, ...]:
         raise ValueError(f"{name} must be an int or a tuple of {n} ints. "
                          f"Received: {name}={value!r}")
     return items
+
+
+def spatial_pairs(value: Any, rank: int, name: str) -> tuple[tuple[int, int], ...]:
+    """Per-axis ``(before, after)`` amounts for ``rank`` spatial axes, as Keras' padding and
+    cropping layers read them: an int (all sides); for rank 1 a pair ``(before, after)``;
+    for rank > 1 ``rank`` entries, each an int (both sides) or a pair.
+
+    Raises:
+        ValueError: any other form, or a negative amount.
+    """
+    if isinstance(value, int):
+        pairs: Any = ((value, value),) * rank
+    elif rank == 1:
+        pairs = (tuple(value),)
+    else:
+        pairs = tuple((v, v) if isinstance(v, int) else tuple(v) for v in value)
+    if (len(pairs) != rank or any(len(p) != 2 for p in pairs)
+            or not all(isinstance(v, int) and v >= 0 for p in pairs for v in p)):
+        raise ValueError(f"{name} must be a non-negative int or {rank} entries (an int or a "
+                         f"(before, after) pair per spatial axis). Received: {name}={value!r}")
+    return pairs
+
+
+def check_channels_last(data_format: Any) -> None:
+    """Raises ValueError unless ``data_format`` is ``None`` or ``"channels_last"``."""
+    if data_format not in (None, "channels_last"):
+        raise ValueError("Only data_format='channels_last' (inputs [batch, ..., channels]) is "
+                         "supported; transpose channels_first inputs with Permute. "
+                         f"Received: data_format={data_format!r}")

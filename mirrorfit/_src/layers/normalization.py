@@ -174,3 +174,17 @@ class GroupNormalization(FlaxLayer):
         if beta is not None:
             y = y + beta.reshape(bshape).astype(jnp.float32)
         return y.astype(x.dtype)
+
+
+@register
+class UnitNormalization(FlaxLayer):
+    """Scales each sample to unit L2 norm over ``axis`` (an int or axes), as
+    ``keras.layers.UnitNormalization``: ``x * min(rsqrt(sum(x^2)), 1e12)``; any shape."""
+
+    axis: Any = -1
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.cast(inputs)
+        axes = _axes(self.axis, x.ndim)
+        inv_norm = lax.rsqrt(jnp.sum(jnp.square(x), axis=axes, keepdims=True))
+        return x * jnp.minimum(inv_norm, 1e12)

@@ -1,4 +1,5 @@
-"""Pooling, as ``keras.layers``: Max/AveragePooling1D/2D and GlobalMax/GlobalAveragePooling1D/2D.
+"""Pooling, as ``keras.layers``: Max/AveragePooling1D/2D/3D and
+GlobalMax/GlobalAveragePooling1D/2D/3D.
 
 ``strides`` defaults to ``pool_size`` and ``padding`` to ``"valid"``. With ``"same"``,
 average pooling divides by the number of real (unpadded) entries, as TensorFlow does.
@@ -76,6 +77,24 @@ class AveragePooling2D(_Pooling):
     pool_size: Any = (2, 2)
 
 
+@register
+class MaxPooling3D(_Pooling):
+    """Max over windows: ``[batch, d1, d2, d3, channels] -> [batch, n1, n2, n3, channels]``."""
+
+    rank: ClassVar[int] = 3
+    is_max: ClassVar[bool] = True
+    pool_size: Any = (2, 2, 2)
+
+
+@register
+class AveragePooling3D(_Pooling):
+    """Mean over windows: ``[batch, d1, d2, d3, channels] -> [batch, n1, n2, n3, channels]``."""
+
+    rank: ClassVar[int] = 3
+    is_max: ClassVar[bool] = False
+    pool_size: Any = (2, 2, 2)
+
+
 class _GlobalPooling(FlaxLayer):
     rank: ClassVar[int]
     is_max: ClassVar[bool]
@@ -121,4 +140,20 @@ class GlobalMaxPooling2D(_GlobalPooling):
     """Max over positions: ``[batch, rows, cols, channels] -> [batch, channels]``."""
 
     rank: ClassVar[int] = 2
+    is_max: ClassVar[bool] = True
+
+
+@register
+class GlobalAveragePooling3D(_GlobalPooling):
+    """Mean over positions: ``[batch, d1, d2, d3, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 3
+    is_max: ClassVar[bool] = False
+
+
+@register
+class GlobalMaxPooling3D(_GlobalPooling):
+    """Max over positions: ``[batch, d1, d2, d3, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 3
     is_max: ClassVar[bool] = True

@@ -20,6 +20,7 @@ from mirrorfit._src.layers.functional import (
     assign_names,
     mode_kwargs,
 )
+from mirrorfit._src.layers.input_layer import InputLayer
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
 
@@ -83,7 +84,8 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
 
     Args:
         layers: ``mirrorfit.layers`` layers, Flax modules or functions, optionally led by an
-            `Input` tensor; or a first layer with ``input_shape=``/``input_dim=`` (legacy
+            `Input` tensor or an `InputLayer`; or a first layer with
+            ``input_shape=``/``input_dim=`` (legacy
             tf.keras, as Keras 3 still accepts).
         name: the model's name.
 
@@ -100,7 +102,7 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
         >>> shape
         (None, 4)
     """
-    layers = list(layers)
+    layers = [layer.output if isinstance(layer, InputLayer) else layer for layer in layers]
     first = layers.pop(0) if layers and isinstance(layers[0], KerasTensor) else None
     declared = getattr(layers[0], "declared_input_shape", None) if layers else None
     if first is None and declared is not None:

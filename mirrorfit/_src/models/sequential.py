@@ -20,6 +20,7 @@ import flax.linen as nn
 import numpy as np
 
 from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.input_layer import InputLayer
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.layers.preprocessing.host_layer import apply_host_layers, split_host_layers
 from mirrorfit._src.layers.sequential import sequential_module
@@ -35,9 +36,11 @@ HOST_SOURCE = (
 
 def module_of(layers: list[Any], name: str | None = None) -> nn.Module:
     """The module running ``layers`` (after the leading host layers): `SequentialModule` when
-    they include ``mirrorfit.layers`` (or are empty), else `KerasSequential`."""
+    they include ``mirrorfit.layers`` (or an `Input`/`InputLayer`, or are empty), else
+    `KerasSequential`."""
     layers = split_host_layers(layers)[1]
-    keras_style = not layers or any(isinstance(l, (KerasTensor, Layer)) for l in layers)
+    keras_style = not layers or any(
+        isinstance(l, (KerasTensor, InputLayer, Layer)) for l in layers)
     return sequential_module(layers, name=name)[0] if keras_style else sequential(layers)
 
 
