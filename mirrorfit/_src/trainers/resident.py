@@ -11,8 +11,11 @@ its replica's rows from its own copy (`gather`), inside the same compiled progra
 computes on the same values and results are bitwise equal to the host path's.
 
 The copy is mirrored rather than split by rows because a shuffled epoch sends every row to
-every replica in turn; each replica then needs the whole set. It costs the data's bytes on
-every device, which the budget counts (`resident_bytes`).
+every replica in turn; each replica then needs the whole set. Its rows are padded with
+zeros (never indexed) up to a power of two (`bucket_rows`): the step is compiled for the
+data set's shape, and so fits on data sets of similar sizes share one compile, as batches
+of one shape do on the host path. It costs those bytes on every device, which the budget
+counts (`resident_bytes`).
 
 ``fit(..., device_resident=None)`` decides per data set (`choose`): the training arrays,
 then the validation arrays, are resident while their bytes fit `BUDGET_FRACTION` of the
@@ -71,11 +74,25 @@ def check_setting(device_resident: Any) -> bool | None:
     raise TypeError(SETTING.format(device_resident))
 
 
+def bucket_rows(num_examples: int) -> int:
+    """The rows a resident copy of ``num_examples`` rows has: the next power of two."""
+    return 1 << max(num_examples - 1, 0).bit_length()
+
+
 def resident_bytes(data: ArrayDataAdapter) -> int:
     """Bytes one device holds for ``data`` resident: every leaf of ``x``, ``y`` and the
-    sample weights, in the dtype JAX places it in (float64 becomes float32 without x64)."""
-    return sum(leaf.size * np.dtype(jax.dtypes.canonicalize_dtype(leaf.dtype)).itemsize
-               for leaf in jax.tree.leaves(data.arrays()))
+    sample weights with `bucket_rows` rows, in the dtype JAX places it in (float64 becomes
+    float32 without x64)."""
+    scale = bucket_rows(data.num_examples) / data.num_examples
+    return int(scale * sum(leaf.size * np.dtype(jax.dtypes.canonicalize_dtype(
+        leaf.dtype)).itemsize for leaf in jax.tree.leaves(data.arrays())))
+
+
+def _padded(a: np.ndarray, rows: int) -> np.ndarray:
+    """``a`` ``[n, ...]`` followed by zero rows up to ``[rows, ...]``."""
+    out = np.zeros((rows,) + a.shape[1:], a.dtype)
+    out[:len(a)] = a
+    return out
 
 
 def free_bytes(strategy: DeviceMesh) -> int:
@@ -145,11 +162,13 @@ class DeviceResident:
 
     @property
     def arrays(self) -> Batch:
-        """``Batch(x, y, sample_weight, None)`` mirrored on every replica (placed once)."""
+        """``Batch(x, y, sample_weight, None)`` mirrored on every replica (placed once),
+        leaves ``[bucket_rows(num_examples), ...]``."""
         arrays = self._arrays
         if arrays is None:
-            x, y, weights = self.data.arrays()
-            arrays = self._arrays = self.strategy.replicate_arrays(Batch(x, y, weights, None))
+            rows = bucket_rows(self.data.num_examples)
+            host = jax.tree.map(lambda a: _padded(a, rows), Batch(*self.data.arrays(), None))
+            arrays = self._arrays = self.strategy.replicate_arrays(host)
         return arrays
 
     def batches(self, epoch: int = 0, start_step: int = 0, group: int = 1
