@@ -51,16 +51,18 @@ def _run(replicas, steps_per_execution, device_resident):
                             validation_data=(X_VAL, Y_VAL), verbose=0,
                             device_resident=device_resident)
     shapes = model.trainer._train_shapes
+    cost = model.trainer.train_step_cost()  # ThroughputMonitor's: read from the compiled step
     evaluated = model.evaluate(X_VAL, Y_VAL, batch_size=BATCH, verbose=0,
                                device_resident=device_resident)
     predicted = model.predict(X_VAL, batch_size=BATCH, verbose=0,
                               device_resident=device_resident)
-    return (history.history, model.get_weights(), evaluated, predicted), shapes, compiles[0]
+    results = (history.history, model.get_weights(), evaluated, predicted)
+    return results, cost, shapes, compiles[0]
 
 
 @pytest.mark.parametrize("replicas, steps_per_execution", [(1, 1), (8, 3)])
 def test_resident_results_bitwise_equal_host_path(replicas, steps_per_execution, monkeypatch):
-    host, host_shapes, host_compiles = _run(replicas, steps_per_execution, False)
+    host, host_cost, host_shapes, host_compiles = _run(replicas, steps_per_execution, False)
     placed = []  # every host batch the resident path places (or passes) per step
 
     def recording(batches, *args, **kwargs):
@@ -71,8 +73,11 @@ def test_resident_results_bitwise_equal_host_path(replicas, steps_per_execution,
     place = resident_lib.place_batches
     monkeypatch.setattr(resident_lib, "place_batches",
                         lambda batches, *a, **k: place(recording(batches), *a, **k))
-    got, shapes, compiles = _run(replicas, steps_per_execution, True)
+    got, cost, shapes, compiles = _run(replicas, steps_per_execution, True)
     tree_equal(got, host)
+    # The step's cost: the same global batch; XLA counts the gather's few index operations.
+    assert cost.global_batch_size == host_cost.global_batch_size
+    assert cost.flops == pytest.approx(host_cost.flops, rel=0.05)
     assert compiles == host_compiles == 2  # one train and one validation compile per fit
     # Only the indices and the mask cross per step: int32 rows, bool mask, nothing else.
     padded = -(-BATCH // replicas) * replicas
