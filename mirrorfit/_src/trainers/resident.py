@@ -10,8 +10,10 @@ its replica's rows from its own copy (`gather`), inside the same compiled progra
 (`ArrayDataAdapter.index_batches`): same order, padding and filler steps, so each replica
 computes on the same values and results are bitwise equal to the host path's.
 
-The copy is mirrored rather than split by rows because a shuffled epoch sends every row to
-every replica in turn; each replica then needs the whole set. Its rows are padded with
+The copy is mirrored rather than split by rows because a shuffled epoch may send any row to
+any replica, and a replica must compute on exactly the rows the host path gives it (the
+same rows in the same per-replica sums keep results bitwise equal); so each replica holds
+the whole set. Its rows are padded with
 zeros (never indexed) up to a power of two (`bucket_rows`): the step is compiled for the
 data set's shape, and so fits on data sets of similar sizes share one compile, as batches
 of one shape do on the host path. It costs those bytes on every device, which the budget
@@ -24,7 +26,7 @@ bytes_in_use``). Devices without memory statistics (CPU) count the host's availa
 at one replica, and nothing at several: simulated CPU devices share the host's memory, so
 several mirrored copies would multiply it. ``evaluate`` and ``predict`` make one pass,
 which moves the same bytes either way, so they are resident only when asked
-(``device_resident=True``): a resident program is compiled per data set size.
+(``device_resident=True``): a resident program is compiled per (bucketed) data set size.
 """
 
 from __future__ import annotations
