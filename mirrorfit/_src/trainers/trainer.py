@@ -53,7 +53,7 @@ from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.trainers import fingerprint, numerics, sharded_state, step_cost
+from mirrorfit._src.trainers import fingerprint, numerics, resident, sharded_state, step_cost
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -106,7 +106,7 @@ class Trainer(TrainingLoop):
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
-        self._predict_step = predict_step
+        self._predict_step = resident.accepting_indices(predict_step)
         # Compiled on the first batch, once per step and argument structure (a batch with
         # or without sample weights).
         self._compiled: dict[Any, Callable] = {}
@@ -120,11 +120,10 @@ class Trainer(TrainingLoop):
         self._warned = set()
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
-        if steps_per_execution > 1:
-            self._train_step = config.family.multi_train_step(config)
-        else:
-            self._train_step = config.family.train_step(config)
-        self._eval_step = config.family.eval_step(config)
+        self._train_step = resident.accepting_indices(
+            config.family.multi_train_step(config) if steps_per_execution > 1
+            else config.family.train_step(config))
+        self._eval_step = resident.accepting_indices(config.family.eval_step(config))
 
     def resume_from(self, point: ResumePoint) -> None:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
@@ -185,10 +184,10 @@ class Trainer(TrainingLoop):
         """The first statistics (float32 vector, mirrored) of ``kind`` steps on such batches."""
         assert self.config is not None  # set by configure (compile)
         if kind not in self._layouts:
-            sample = batch
+            sample = resident.batch_shapes(batch)  # a resident batch: its gathered shapes
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
-                sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
+                sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), sample)
             layout = stats_lib.StatsLayout.from_shapes(
                 self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
@@ -226,9 +225,10 @@ class Trainer(TrainingLoop):
 
     def _placed(self, data: DataAdapter, epoch: int = 0, start_step: int = 0, group: int = 1):
         """The epoch's batches placed on the mesh (ahead, on the prefetch thread for a source
-        that runs user code); close it after use."""
-        batches = data.batches(epoch, start_step=start_step, group=group)
-        placed = place_batches(batches, self.strategy, stacked=group > 1, local=data.local_rows)
+        that runs user code; index batches of a resident data set); close it after use."""
+        placed = (data.resident.batches(epoch, start_step, group) if data.resident is not None
+                  else place_batches(data.batches(epoch, start_step=start_step, group=group),
+                                     self.strategy, stacked=group > 1, local=data.local_rows))
         return contextlib.closing(prefetch(placed, self.prefetch and data.runs_user_code))
 
     def fit(self, model, train: DataAdapter, *, epochs: int, initial_epoch: int, callbacks,
