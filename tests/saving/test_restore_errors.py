@@ -1,4 +1,5 @@
-"""A damaged checkpoint gives one error naming the array at fault, and no asyncio noise."""
+"""A damaged checkpoint gives one error naming the array at fault, and no asyncio noise; a
+restore cut short by a failed peer process names the peer, not damage."""
 
 import asyncio
 import os
@@ -8,7 +9,10 @@ import textwrap
 import types
 
 import numpy as np
+import orbax.checkpoint as ocp
+import pytest
 
+from mirrorfit._src.distribute.multi_worker import failfast
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import restore_errors
 
@@ -68,3 +72,20 @@ def test_quiet_closed_loop_drops_only_the_closed_loop_error(monkeypatch):
                 err_msg=None, object=None))
     assert [u.exc_value for u in seen] == errors[1:]  # the ZeroDivisionError only
     assert sys.unraisablehook == seen.append  # removed after a block that completed
+
+
+def test_restore_cut_short_by_a_failed_peer_names_the_peer_not_damage(tmp_path, monkeypatch):
+    # Process 1 raised and recorded itself; orbax's barrier at the end of the restore fails.
+    version = checkpoint_lib.save(tmp_path / "w", {"a": np.arange(3.0)})
+
+    def barrier_fails(*args, **kwargs):
+        raise RuntimeError("DEADLINE_EXCEEDED: Barrier timed out. Id: Checkpointer:restore")
+
+    monkeypatch.setattr(failfast, "_installed", types.SimpleNamespace(_failure=lambda: "1 1"))
+    monkeypatch.setattr(ocp.Checkpointer, "restore", barrier_fails)
+    with pytest.raises(failfast.PeerFailedError) as err:
+        checkpoint_lib.load(version)
+    message = str(err.value)
+    assert "process 1 of the job failed with exit code 1" in message
+    assert str(version) in message and "damaged" not in message.replace("not found damaged", "")
+    assert not isinstance(err.value, checkpoint_lib.CheckpointError)  # backups are kept

@@ -353,6 +353,9 @@ def load(version: str | os.PathLike) -> Checkpoint:
         NewerFormatError: naming ``version``, if a newer mirrorfit wrote it.
         CheckpointError: naming ``version``, if any file is missing, truncated or corrupted
             (orbax fails to read it, or ``meta`` or an array fails its SHA-256 or shape).
+        PeerFailedError: naming ``version`` and the process, when orbax fails after another
+            process of the job failed (its barrier, a read cut short): not damage, so a
+            `BackupAndRestore` keeps the backup.
     """
     version = Path(version).absolute()
     damaged = (f"The checkpoint {os.fspath(version)!r} is damaged or incomplete and cannot be "
@@ -372,8 +375,7 @@ def load(version: str | os.PathLike) -> Checkpoint:
         except CheckpointError:
             raise
         except Exception as err:  # orbax/tensorstore/JSON errors on damaged files
-            culprit = restore_errors.first_damaged(version, [e["path"] for e in entries])
-            detail = culprit or f"{type(err).__name__}: {err}"
+            detail = restore_errors.explain(version, [e["path"] for e in entries], err)
             raise CheckpointError(damaged.format(detail=detail)) from err
     arrays = {key: np.asarray(value) for key, value in flatten(nested).items()}
     for entry in entries:

@@ -14,7 +14,10 @@ restore does more:
   is "Event loop is closed", raised inside ``asyncio``) while a restore runs, and, once a
   restore failed, for the rest of the process (the abandoned reads complete when they
   will); any other unraisable error goes to the previous ``sys.unraisablehook``;
-* `first_damaged` then reads the arrays one at a time, with tensorstore and no event loop,
+* `explain` first asks whether another process of the job failed (`failfast.failed_peer`):
+  then orbax failed at its barrier or a read cut short, the files are not at fault, and
+  `PeerFailedError` names that process (a "damaged" error would make `BackupAndRestore`
+  delete a good backup). Otherwise `first_damaged` reads the arrays one at a time, with tensorstore and no event loop,
   until one fails, so the error names the array at fault. The reads are sequential and stop
   at the first failure: bounded by one read of the checkpoint, on the error path only.
 """
@@ -29,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import tensorstore as ts
+
+from mirrorfit._src.distribute.multi_worker import failfast
 
 CLOSED_LOOP = "Event loop is closed"
 """Message of the error a read that outlived orbax's event loop raises on completing."""
@@ -112,3 +117,27 @@ def first_damaged(version: Path, paths: Sequence[Sequence[str]]) -> str | None:
         except Exception as err:  # noqa: BLE001 - any tensorstore error is damage here
             return f"array {'/'.join(path)!r} cannot be read ({type(err).__name__}: {err})"
     return None
+
+
+def explain(version: Path, paths: Sequence[Sequence[str]], error: Exception) -> str:
+    """Why restoring ``version`` failed with ``error``, for a "damaged" message.
+
+    Args:
+        version: the version directory that failed to restore.
+        paths: its arrays' path segments, as listed in its ``meta`` ([] if unread).
+        error: what orbax raised.
+
+    Returns:
+        The array or index at fault (`first_damaged`), else ``error`` itself in words.
+
+    Raises:
+        PeerFailedError: naming ``version`` and the failed process, if another process of
+            the job failed (the checkpoint is then not called damaged).
+    """
+    peer = failfast.failed_peer()
+    if peer is not None:
+        raise failfast.PeerFailedError(
+            f"Could not load the checkpoint {str(version)!r}: {peer}. The checkpoint was not "
+            "found damaged and nothing was deleted; restart the job. Here: "
+            f"{type(error).__name__}: {error}") from error
+    return first_damaged(version, paths) or f"{type(error).__name__}: {error}"

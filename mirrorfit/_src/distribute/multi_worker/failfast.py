@@ -11,6 +11,10 @@ on each process of a `MultiWorkerMirroredStrategy` job:
 * a watchdog thread that polls that key every `POLL_SECONDS` and, when a peer has failed,
   prints one line naming it and leaves with `PEER_FAILED_EXIT_CODE`.
 
+`failed_peer` reads that key for code that must tell a peer's death from its own fault: a
+checkpoint restore cut short by a dead peer raises `PeerFailedError`, not "damaged" (which
+would delete a good backup), and the fail-fast line then names only the peer.
+
 A process that dies without a Python exception (killed, out of memory) is not reported
 here: on the CPU backend its peers' next gloo collective fails at once (its sockets close,
 and the excepthook adds a line saying so); when process 0 dies, JAX's runtime aborts the
@@ -45,6 +49,22 @@ _FAILED_KEY = "mirrorfit/failed"
 _LOST_PEER = re.compile(r"Gloo .*(Connection closed by peer|Connection reset by peer)")
 _STOPPED_DIR = "mirrorfit/stopped/"  # processes stopping because a peer failed
 _EXITING_DIR = "mirrorfit/exiting/"  # processes at a normal exit
+
+
+class PeerFailedError(RuntimeError):
+    """This process's operation failed because another process of the job failed first (its
+    error, e.g. a checkpoint restore cut short at orbax's barrier, says nothing of the files)."""
+
+
+def _describe(value: str) -> str:
+    """The failure record ``"<process id> <exit code>[ lost]"`` in words."""
+    rank, _, rest = value.partition(" ")
+    code, _, lost = rest.partition(" ")
+    if lost:
+        return (f"process {rank} lost its connection to another process of the job, which "
+                f"died without a Python traceback (killed, out of memory, or a crash; see the "
+                f"output of the process that is missing)")
+    return f"process {rank} of the job failed with exit code {code} (see its traceback)"
 
 
 class _Watch:
@@ -95,8 +115,9 @@ class _Watch:
         self.stopped.set()
         peer = self._failure()
         if peer is not None:  # this error is the echo of a peer's failure (a closed socket)
-            self._peer_failed(peer, f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}"
-                              if str(exc) else "")
+            echo = not str(exc) or issubclass(exc_type, PeerFailedError)  # says it already
+            self._peer_failed(peer, "" if echo else
+                              f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}")
         self.previous_hook(exc_type, exc, tb)
         lost_peer = bool(_LOST_PEER.search(str(exc)))
         if lost_peer:
@@ -114,13 +135,7 @@ class _Watch:
         self._leave(code, acks_needed=self.num_processes - 1 - lost_peer)
 
     def _peer_failed(self, value: str, detail: str = "") -> None:
-        rank, _, rest = value.partition(" ")
-        code, _, lost = rest.partition(" ")
-        what = (f"process {rank} lost its connection to another process of the job, which "
-                f"died without a Python traceback (killed, out of memory, or a crash; see the "
-                f"output of the process that is missing)" if lost else
-                f"process {rank} of the job failed with exit code {code} (see its traceback)")
-        print(f"mirrorfit: {what}; stopping process {self.process_id} with exit code "
+        print(f"mirrorfit: {_describe(value)}; stopping process {self.process_id} with exit code "
               f"{PEER_FAILED_EXIT_CODE}.{detail}", file=sys.stderr, flush=True)
         if self.process_id != 0:
             with contextlib.suppress(Exception):  # best effort: process 0 waits ACK_SECONDS
@@ -162,6 +177,16 @@ class _Watch:
 
 
 _installed: _Watch | None = None
+
+
+def failed_peer() -> str | None:
+    """Which process of this job failed and how, in words, if one did; else None.
+
+    Read from the coordination service, where a failing process records itself before it
+    exits; None outside a multi-process job (nothing `install` ed).
+    """
+    value = None if _installed is None else _installed._failure()
+    return None if value is None else _describe(value)
 
 
 def install(client: Any, process_id: int, num_processes: int, exit_timeout: float,
