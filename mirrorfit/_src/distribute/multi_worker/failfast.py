@@ -76,6 +76,7 @@ class _Watch:
         self.exit_timeout = exit_timeout
         self.before_exit = before_exit
         self.stopped = threading.Event()
+        self.leaving = threading.Event()  # `leave` ends the process from another thread
         self.previous_hook = sys.excepthook
         self.thread = threading.Thread(target=self._watch, name="mirrorfit-failfast",
                                        daemon=True)
@@ -112,6 +113,8 @@ class _Watch:
 
     def excepthook(self, exc_type, exc, tb) -> None:
         """Prints the traceback, tells the other processes, and leaves without the barrier."""
+        if self.leaving.is_set():  # an echo of the job ending (a collective cut short)
+            threading.Event().wait()  # `leave` exits the process from its thread
         self.stopped.set()
         peer = self._failure()
         if peer is not None:  # this error is the echo of a peer's failure (a closed socket)
@@ -177,6 +180,33 @@ class _Watch:
 
 
 _installed: _Watch | None = None
+
+
+def begin_leaving() -> None:
+    """Marks this process as leaving the job (call `leave` soon): from now on, an uncaught
+    exception in another thread (e.g. a collective cut short as the others exit) is not
+    reported, and the failure watcher stops."""
+    if _installed is not None:
+        _installed.leaving.set()
+        _installed.stopped.set()
+
+
+def leave(code: int) -> None:
+    """Exits this process with ``code`` now, as the fail-fast hooks do (no shutdown barrier).
+
+    For a decision every process takes (e.g. the stuck-rank watchdog's): a process other
+    than 0 records that it is stopping; process 0, which hosts the coordination service,
+    waits for the others (at most `ACK_SECONDS`). An exception that the job's end raises
+    meanwhile in another thread is not reported. Without `install`, exits at once.
+    """
+    watch = _installed
+    if watch is None:
+        os._exit(code)
+    begin_leaving()
+    if watch.process_id != 0:
+        with contextlib.suppress(Exception):  # best effort: process 0 waits ACK_SECONDS
+            watch.client.key_value_set(f"{_STOPPED_DIR}{watch.process_id}", "1")
+    watch._leave(code, acks_needed=watch.num_processes - 1)
 
 
 def failed_peer() -> str | None:
