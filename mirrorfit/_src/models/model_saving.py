@@ -26,7 +26,8 @@ import jax
 import numpy as np
 
 from mirrorfit._src.models import keras_models
-from mirrorfit._src.saving import keras_archive, saved_config
+from mirrorfit._src.saving import background, keras_archive, saved_config
+from mirrorfit._src.saving.background import BackgroundWriter
 from mirrorfit._src.saving.checkpoint import Checkpoint, read_latest, save, select, unflatten_like
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import require_state
@@ -92,7 +93,8 @@ def subclass_config(model) -> dict[str, Any]:
 
 
 def save_weights(model, path: str | os.PathLike, argument: str = "path",
-                 lock: DirectoryLock | None = None) -> Path:
+                 lock: DirectoryLock | None = None,
+                 writer: BackgroundWriter | None = None) -> Path | None:
     """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``).
 
     Args:
@@ -100,9 +102,10 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path",
         path: the checkpoint directory.
         argument: how the caller's user names ``path`` in error messages.
         lock: the caller's held lock of ``path`` (else it is locked for this save).
+        writer: write on this `BackgroundWriter` 's thread (after a host copy here).
 
     Returns:
-        The new version directory ``<path>/ckpt-<n>``.
+        The new version directory ``<path>/ckpt-<n>`` (None when written in the background).
 
     Raises:
         ValueError: for a ``.keras`` path (``save`` writes those), or an unbuilt model.
@@ -114,12 +117,15 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path",
                          f"Received: path={os.fspath(path)!r}")
     info = _model_info(model, "weights")
     state = model.state
-    return save(path, {"params": state.params, "model_state": state.model_state}, info,
-                argument=argument, lock=lock)
+    tree = {"params": state.params, "model_state": state.model_state}
+    if writer is not None:
+        return background.save(writer, path, tree, info, argument=argument, lock=lock)
+    return save(path, tree, info, argument=argument, lock=lock)
 
 
 def save_model(model, path: str | os.PathLike, argument: str = "path",
-               lock: DirectoryLock | None = None) -> Path:
+               lock: DirectoryLock | None = None,
+               writer: BackgroundWriter | None = None) -> Path | None:
     """Saves ``model`` 's whole training state and config (see ``Model.save``).
 
     A path ending in ``.keras`` becomes one zip file (`keras_archive`).
@@ -130,9 +136,12 @@ def save_model(model, path: str | os.PathLike, argument: str = "path",
         argument: how the caller's user names ``path`` in error messages.
         lock: the caller's held lock of a directory ``path`` (else it is locked for this
             save). A ``.keras`` file is not locked: it is replaced whole, atomically.
+        writer: write a directory ``path`` on this `BackgroundWriter` 's thread (after a
+            host copy here); a ``.keras`` file is written here, after the writer's write.
 
     Returns:
-        The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
+        The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file (None when
+        written in the background).
 
     Raises:
         ValueError: for an unbuilt model.
@@ -140,8 +149,13 @@ def save_model(model, path: str | os.PathLike, argument: str = "path",
     """
     info = _model_info(model, "model")
     if keras_archive.is_archive_path(path):
+        if writer is not None:
+            writer.wait()
         return keras_archive.write(path, lambda tmp: (
             save(tmp, model.state._asdict(), info, argument=argument), info)[1], argument)
+    if writer is not None:
+        return background.save(writer, path, model.state._asdict(), info, argument=argument,
+                               lock=lock)
     return save(path, model.state._asdict(), info, argument=argument, lock=lock)
 
 
