@@ -28,6 +28,7 @@ from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.saving.background import BackgroundWriter
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import TrainState, require_state
 
@@ -171,7 +172,8 @@ class ModelVariables:
         model_saving.save_model(self, path)
 
     def save_checkpoint(self, path: str | os.PathLike, *, weights_only: bool = False,
-                        argument: str = "path", lock: DirectoryLock | None = None) -> Path:
+                        argument: str = "path", lock: DirectoryLock | None = None,
+                        writer: BackgroundWriter | None = None) -> Path | None:
         """Saves as `save_weights` (``weights_only``) or `save` do, naming ``argument`` in
         errors; the interface `mirrorfit.callbacks.ModelCheckpoint` saves through.
 
@@ -182,9 +184,13 @@ class ModelVariables:
                 (``"ModelCheckpoint filepath"``).
             lock: the caller's held `DirectoryLock` of directory ``path``, which it holds
                 for a whole ``fit``; without it, the directory is locked for this save.
+            writer: a `BackgroundWriter`: the state is copied to the host here and a
+                directory ``path`` written on the writer's thread (see
+                `mirrorfit._src.saving.background`); its errors come at its next call.
 
         Returns:
-            The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
+            The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file; None
+            when written in the background.
 
         Raises:
             ValueError: for an unbuilt model, a path that is an existing file, or a
@@ -193,7 +199,7 @@ class ModelVariables:
                 and the fix, if the write fails (a full disk, no permission).
         """
         save = model_saving.save_weights if weights_only else model_saving.save_model
-        return save(self, path, argument, lock)
+        return save(self, path, argument, lock, writer)
 
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """Prints Keras' layer table for a model of ``mirrorfit.layers`` or a subclassed model
