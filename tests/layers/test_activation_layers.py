@@ -4,7 +4,9 @@ import jax
 import numpy as np
 import pytest
 
+import mirrorfit as mf
 from mirrorfit import layers
+from mirrorfit._src.layers.constraints import layer_constraints
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(2, 3, 4)).astype(np.float32) * 4  # spans the thresholds and max_value
@@ -48,6 +50,9 @@ def test_prelu_alpha_shape_shared_axes_and_formula():
     out = layer.apply({"params": {"alpha": alpha}}, X)
     np.testing.assert_allclose(out, np.where(X > 0, X, alpha * X), rtol=1e-6)
     assert layers.PReLU().init(jax.random.key(0), X)["params"]["alpha"].size == 3 * 4
+    # alpha_constraint goes where the step reads the built-in layers' constraints.
+    assert layer_constraints(layers.PReLU(alpha_constraint="non_neg")) == {
+        "alpha": mf.constraints.NonNeg()}
 
 
 def test_activation_layers_reject_keras_invalid_arguments():
@@ -55,6 +60,4 @@ def test_activation_layers_reject_keras_invalid_arguments():
         layers.LeakyReLU(-1.0).apply({}, X)
     with pytest.raises(ValueError, match="max_value"):
         layers.ReLU(max_value=-1.0).apply({}, X)
-    with pytest.raises(ValueError, match="alpha_constraint"):
-        layers.PReLU(alpha_constraint="non_neg").init(jax.random.key(0), X)
     assert layers.LeakyReLU(alpha=0.1).get_config()["negative_slope"] == 0.1

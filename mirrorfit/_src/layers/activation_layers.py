@@ -80,8 +80,8 @@ class PReLU(FlaxLayer):
     """Parametric ReLU ``relu(x) - alpha * relu(-x)``, as ``keras.layers.PReLU``.
 
     Weight ``alpha``: the input shape without the batch axis, with the (1-based)
-    ``shared_axes`` set to 1 (zeros). ``alpha_constraint`` must stay ``None`` (constraints
-    on built-in layers are not supported).
+    ``shared_axes`` set to 1 (zeros). ``alpha_constraint`` (`mirrorfit.constraints`)
+    projects it after every optimizer update.
     """
 
     alpha_initializer: Any = "zeros"
@@ -91,10 +91,6 @@ class PReLU(FlaxLayer):
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
-        if self.alpha_constraint is not None:
-            raise ValueError("PReLU does not support alpha_constraint; remove it, or write "
-                             "the layer as an mf.layers.Layer with add_weight(constraint=...). "
-                             f"Received: alpha_constraint={self.alpha_constraint!r}")
         x = self.cast(inputs)
         shape = list(x.shape[1:])
         shared = self.shared_axes
