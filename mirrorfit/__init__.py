@@ -6,6 +6,7 @@ per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 """
 
 from mirrorfit import callbacks as callbacks
+from mirrorfit import export as export
 from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
@@ -70,6 +71,7 @@ __all__ = [
     "batch_mask",
     "callbacks",
     "compute_average_loss",
+    "export",
     "function",
     "get_replica_context",
     "get_strategy",

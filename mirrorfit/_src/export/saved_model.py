@@ -1,0 +1,58 @@
+"""``format="tf_saved_model"``: a TensorFlow SavedModel through ``jax2tf``, for TF Serving.
+
+Each endpoint becomes a method of the saved ``tf.Module`` and a signature of the same name
+(``serve`` also as ``serving_default``, the signature TF Serving calls by default), converted
+with ``jax2tf.convert`` (native serialization: the StableHLO of the endpoint inside a TF
+graph) with a polymorphic batch dimension. The variables' values are ``tf.Variable`` s of the
+module (not graph constants), so large models stay under the 2 GiB graph limit. A signature's
+outputs are a tensor, a dict, or ``{"output_0": ..., ...}`` for other structures.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mirrorfit._src.export import signature
+from mirrorfit._src.export.extras import require
+
+FORMAT = "tf_saved_model"
+
+
+def _signature_outputs(tf: Any, outputs: Any) -> Any:
+    if isinstance(outputs, dict) or tf.is_tensor(outputs):
+        return outputs
+    return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(outputs))}
+
+
+def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> None:
+    """Writes ``endpoints`` (name -> `mirrorfit._src.export.archive.Endpoint`) as a
+    SavedModel directory ``path``.
+
+    Raises:
+        ImportError: naming the ``export`` extra, without TensorFlow.
+    """
+    tf = require("tensorflow", FORMAT)
+    jax2tf = require("jax.experimental.jax2tf", FORMAT)
+    module = tf.Module()
+    module.params = [tf.Variable(v, trainable=False) for v in values]
+    signatures = {}
+    for name, endpoint in endpoints.items():
+        args = endpoint.signature
+        converted = jax2tf.convert(endpoint.function, with_gradient=False,
+                                   polymorphic_shapes=[None] + ["(batch, ...)"] * len(args))
+        specs = signature.batched(args, None, lambda shape, dtype: tf.TensorSpec(shape, dtype))
+        method = tf.function(lambda *x, c=converted: c(module.params, *x), autograph=False,
+                             input_signature=specs)
+        setattr(module, name, method)
+        signatures[name] = tf.function(
+            lambda *x, m=method: _signature_outputs(tf, m(*x)), autograph=False,
+            input_signature=specs)
+    if "serve" in signatures:
+        signatures["serving_default"] = signatures["serve"]
+    if path.exists():
+        shutil.rmtree(path)
+    tf.saved_model.save(module, str(path), signatures=signatures)
