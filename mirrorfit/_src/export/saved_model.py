@@ -10,7 +10,9 @@ outputs are a tensor, a dict, or ``{"output_0": ..., ...}`` for other structures
 
 from __future__ import annotations
 
+import inspect
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,18 @@ def _signature_outputs(tf: Any, outputs: Any) -> Any:
     if isinstance(outputs, dict) or tf.is_tensor(outputs):
         return outputs
     return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(outputs))}
+
+
+def _positional(function: Callable[..., Any], count: int) -> Callable[..., Any]:
+    """``function(*args)`` with ``count`` named positional parameters ``input_0``, ...: a
+    SavedModel signature cannot encode ``*args``."""
+    def call(*args: Any) -> Any:
+        return function(*args)
+
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(f"input_{i}", parameter) for i in range(count)])
+    return call
 
 
 def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> None:
@@ -45,12 +59,13 @@ def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> No
         converted = jax2tf.convert(endpoint.function, with_gradient=False,
                                    polymorphic_shapes=[None] + ["(batch, ...)"] * len(args))
         specs = signature.batched(args, None, lambda shape, dtype: tf.TensorSpec(shape, dtype))
-        method = tf.function(lambda *x, c=converted: c(module.params, *x), autograph=False,
-                             input_signature=specs)
+        method = tf.function(
+            _positional(lambda *x, c=converted: c(module.params, *x), len(args)),
+            autograph=False, input_signature=specs)
         setattr(module, name, method)
         signatures[name] = tf.function(
-            lambda *x, m=method: _signature_outputs(tf, m(*x)), autograph=False,
-            input_signature=specs)
+            _positional(lambda *x, m=method: _signature_outputs(tf, m(*x)), len(args)),
+            autograph=False, input_signature=specs)
     if "serve" in signatures:
         signatures["serving_default"] = signatures["serve"]
     if path.exists():
