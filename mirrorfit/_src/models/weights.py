@@ -210,7 +210,7 @@ class ModelVariables:
             filepath: the file (``"stablehlo"``, ``"onnx"``) or directory
                 (``"tf_saved_model"``) to write.
             format: ``"tf_saved_model"`` (a SavedModel for TF Serving,
-                ``tf.saved_model.load(path).serve(x)``; needs ``mirrorfit[export]``),
+                ``tf.saved_model.load(path)`` 's ``serve(x)``; needs ``mirrorfit[export]``),
                 ``"stablehlo"`` (``jax.export``; read with `mirrorfit.export.load` or
                 plain JAX) or ``"onnx"`` (for ONNX Runtime; needs ``mirrorfit[export]``).
             input_signature: a list with one entry per positional input, each a pytree of
