@@ -60,19 +60,27 @@ def test_two_endpoints_serve_the_model_and_its_probabilities(tmp_path):
                                rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["subclassed", "flax_module", "mixed_bfloat16"])
+def _model(kind):
+    if kind == "subclassed":
+        return Subclassed()
+    if kind == "functional_two_inputs":
+        a, b = mf.layers.Input((4,)), mf.layers.Input((2,))
+        return mf.Model([a, b], mf.layers.Dense(2)(mf.layers.Concatenate()([a, b])))
+    policy = "mixed_bfloat16" if kind == "mixed_bfloat16" else None
+    return mf.Model(FlaxMLP(), input_shape=(6,), dtype_policy=policy)
+
+
+@pytest.mark.parametrize("kind", ["subclassed", "flax_module", "mixed_bfloat16",
+                                  "functional_two_inputs"])
 def test_export_runs_every_kind_of_model_in_inference_mode(kind, tmp_path):
     x = np.random.default_rng(1).normal(size=(5, 6)).astype(np.float32)
+    inputs = (x[:, :4], x[:, 4:]) if kind == "functional_two_inputs" else (x,)
     with mirrored_strategy(2).scope():
-        if kind == "subclassed":
-            model = Subclassed()
-        else:
-            policy = "mixed_bfloat16" if kind == "mixed_bfloat16" else None
-            model = mf.Model(FlaxMLP(), input_shape=(6,), dtype_policy=policy)
-    model(x)  # builds the subclassed model
+        model = _model(kind)
+    predicted = model.predict(list(inputs) if len(inputs) > 1 else x, verbose=0)  # builds it
     model.export(tmp_path / "model", format="stablehlo", verbose=False)
     loaded = mf.export.load(tmp_path / "model")
-    served, predicted = loaded(x), model.predict(x, verbose=0)
+    served = loaded(*inputs)  # several inputs: positional arguments
     assert served.dtype == predicted.dtype
     if kind == "mixed_bfloat16":  # the policy's compute dtype is the program's
         program = loaded.exported["serve"].mlir_module()

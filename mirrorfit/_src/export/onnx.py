@@ -35,9 +35,10 @@ def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> No
     (name, endpoint), = endpoints.items()
     args = endpoint.signature
     if not all(isinstance(a, jax.ShapeDtypeStruct) for a in args):
-        raise ValueError("ONNX export takes positional array inputs: pass a tuple or dict "
-                         "input as separate arguments. Received: input signature "
-                         f"{list(args)}")
+        raise ValueError("ONNX export takes positional array inputs: export an endpoint "
+                         "that takes each array of a dict input as its own argument "
+                         "(ExportArchive.add_endpoint), or use format='stablehlo' or "
+                         f"'tf_saved_model'. Received: input signature {list(args)}")
     jax2onnx = require("jax2onnx", FORMAT)
     constants = [jnp.asarray(v) for v in values]
     path.parent.mkdir(parents=True, exist_ok=True)

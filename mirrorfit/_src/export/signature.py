@@ -59,7 +59,8 @@ def from_input_signature(input_signature: Any) -> Signature:
 
 def of_model(model: Any) -> Signature:
     """The `Signature` of a built model's inputs: one argument, or one per input of a model
-    whose input spec is a tuple (``model(x1, x2)``)."""
+    with several (its input spec is a tuple): ``serve(x1, x2)``, ONNX's ``input_0``,
+    ``input_1``. A dict of inputs is one argument."""
     spec = model.input_spec
     return tuple(spec) if isinstance(spec, tuple) else (spec,)
 

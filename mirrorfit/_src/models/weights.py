@@ -215,7 +215,8 @@ class ModelVariables:
                 plain JAX) or ``"onnx"`` (for ONNX Runtime; needs ``mirrorfit[export]``).
             input_signature: a list with one entry per positional input, each a pytree of
                 ``jax.ShapeDtypeStruct`` whose first dimension is the batch; default the
-                model's own input spec.
+                model's own input spec (a model with several inputs takes them as
+                positional arguments, ``serve(x1, x2)``; a dict input is one argument).
             verbose: print where the artifact was written.
 
         Raises:
