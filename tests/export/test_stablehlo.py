@@ -49,6 +49,7 @@ def test_eight_replica_model_exports_the_one_replica_program(tmp_path):
         model.export(tmp_path / name, format="stablehlo", verbose=False)
         programs.append(mf.export.load(tmp_path / name).exported["serve"])
     assert [p.nr_devices for p in programs] == [1, 1]  # no mesh in the program
+    assert programs[0].platforms == ("cpu", "cuda", "tpu")  # serves on any of them
     assert programs[0].mlir_module() == programs[1].mlir_module()
 
 

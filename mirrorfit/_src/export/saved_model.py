@@ -3,9 +3,11 @@
 Each endpoint becomes a method of the saved ``tf.Module`` and a signature of the same name
 (``serve`` also as ``serving_default``, the signature TF Serving calls by default), converted
 with ``jax2tf.convert`` (native serialization: the StableHLO of the endpoint inside a TF
-graph) with a polymorphic batch dimension. The variables' values are ``tf.Variable`` s of the
-module (not graph constants), so large models stay under the 2 GiB graph limit. A signature's
-outputs are a tensor, a dict, or ``{"output_0": ..., ...}`` for other structures.
+graph) with a polymorphic batch dimension, lowered for each of the StableHLO format's
+platforms (`mirrorfit._src.export.stablehlo.PLATFORMS`). The variables' values are
+``tf.Variable`` s of the module (not graph constants), so large models stay under the 2 GiB
+graph limit. A signature's outputs are a tensor, a dict, or ``{"output_0": ..., ...}`` for
+other structures.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from mirrorfit._src.export import signature
 from mirrorfit._src.export.extras import require
+from mirrorfit._src.export.stablehlo import PLATFORMS
 
 FORMAT = "tf_saved_model"
 
@@ -57,7 +60,8 @@ def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> No
     for name, endpoint in endpoints.items():
         args = endpoint.signature
         converted = jax2tf.convert(endpoint.function, with_gradient=False,
-                                   polymorphic_shapes=[None] + ["(batch, ...)"] * len(args))
+                                   polymorphic_shapes=[None] + ["(batch, ...)"] * len(args),
+                                   native_serialization_platforms=PLATFORMS)
         specs = signature.batched(args, None, lambda shape, dtype: tf.TensorSpec(shape, dtype))
         method = tf.function(
             _positional(lambda *x, c=converted: c(module.params, *x), len(args)),

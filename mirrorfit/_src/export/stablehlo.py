@@ -3,7 +3,8 @@
 The file is a zip archive with one member ``<endpoint>.jax_exported`` per endpoint, the bytes
 of ``jax.export.export(...).serialize()`` of the endpoint with its variables' values inside
 the program as constants. Its inputs have one symbolic batch size (any size at serving
-time); its program runs on one device. Reading it needs only JAX (and ``flatbuffers``, which
+time); its program runs on one device, lowered for each of `PLATFORMS` (the artifact of a
+model trained on a GPU serves on a CPU, and the other way round). Reading it needs only JAX (and ``flatbuffers``, which
 ``jax.export`` serialization uses)::
 
     import zipfile, jax
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 SUFFIX = ".jax_exported"
+PLATFORMS = ("cpu", "cuda", "tpu")  # lowered for each, whatever device exports
 
 
 def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> None:
@@ -39,7 +41,8 @@ def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> No
         specs = [jax.tree.map(lambda s: jax.ShapeDtypeStruct((batch, *s.shape), s.dtype), a)
                  for a in args]
         function = jax.jit(functools.partial(endpoint.function, constants))
-        members[name + SUFFIX] = jax.export.export(function)(*specs).serialize()
+        exported = jax.export.export(function, platforms=PLATFORMS)(*specs)
+        members[name + SUFFIX] = exported.serialize()
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as archive:
         for member, data in members.items():
