@@ -8,6 +8,11 @@ platforms (`mirrorfit._src.export.stablehlo.PLATFORMS`). The variables' values a
 ``tf.Variable`` s of the module (not graph constants), so large models stay under the 2 GiB
 graph limit. A signature's outputs are a tensor, a dict, or ``{"output_0": ..., ...}`` for
 other structures.
+
+TensorFlow runs that StableHLO in its own XLA, which reads programs of a StableHLO version up
+to about 4 weeks older than the exporting jax (jax's forward-compatibility window): TF 2.21
+cannot run what jax 0.11.2 writes. `write` runs each endpoint once on a batch of one before
+saving, so that mismatch is an error at export time, not at serving time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from mirrorfit._src.export import signature
@@ -45,6 +51,25 @@ def _positional(function: Callable[..., Any], count: int) -> Callable[..., Any]:
     return call
 
 
+def _check_runs(tf: Any, name: str, method: Any, specs: list[Any]) -> None:
+    """Calls ``method`` on zeros shaped like ``specs`` (batch 1) in TensorFlow.
+
+    Raises:
+        RuntimeError: if TensorFlow's XLA cannot run the program jax wrote.
+    """
+    zeros = tf.nest.map_structure(lambda s: tf.zeros([1, *s.shape[1:]], s.dtype), specs)
+    try:
+        method(*zeros)
+    except tf.errors.InvalidArgumentError as err:
+        lines = err.message.splitlines() or [""]
+        reason = next((line for line in lines if "error: " in line), lines[0])
+        raise RuntimeError(
+            f"TensorFlow {tf.__version__} cannot run the program jax {jax.__version__} "
+            f"exported for endpoint {name!r} (TensorFlow reads StableHLO up to about 4 weeks "
+            "older than jax's): install a TensorFlow released after this jax, or an older "
+            f"jax, or export with format='stablehlo'. Received: {reason.strip()}") from err
+
+
 def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> None:
     """Writes ``endpoints`` (name -> `mirrorfit._src.export.archive.Endpoint`) as a
     SavedModel directory ``path``.
@@ -66,6 +91,7 @@ def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> No
         method = tf.function(
             _positional(lambda *x, c=converted: c(module.params, *x), len(args)),
             autograph=False, input_signature=specs)
+        _check_runs(tf, name, method, specs)
         setattr(module, name, method)
         signatures[name] = tf.function(
             _positional(lambda *x, m=method: _signature_outputs(tf, m(*x)), len(args)),
