@@ -5,8 +5,11 @@ Layers, top to bottom: `Model` (the facade) -> trainer (loops, callbacks, progre
 per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 """
 
+from mirrorfit import activations as activations
 from mirrorfit import callbacks as callbacks
+from mirrorfit import constraints as constraints
 from mirrorfit import export as export
+from mirrorfit import initializers as initializers
 from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
@@ -67,14 +70,17 @@ __all__ = [
     "ReplicaContext",
     "Sequential",
     "Variable",
+    "activations",
     "apply_gradients",
     "batch_mask",
     "callbacks",
     "compute_average_loss",
+    "constraints",
     "export",
     "function",
     "get_replica_context",
     "get_strategy",
+    "initializers",
     "latest_checkpoint",
     "layers",
     "load_model",

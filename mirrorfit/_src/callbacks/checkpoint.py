@@ -32,6 +32,7 @@ from mirrorfit._src.callbacks.callback import (
     monitor_op,
 )
 from mirrorfit._src.callbacks.contract import ResumePoint
+from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.multi_worker.preemption import (
     PREEMPTED_EXIT_CODE,
     PreemptionNotice,
@@ -412,7 +413,7 @@ class BackupAndRestore(Callback):
             order = self.model.trainer.epoch_order(epoch)
             if order is not None:
                 tree["order"] = order
-        host = jax.device_get(tree)  # now: the next step donates these buffers
+        host = zero.host_copy(self.model.strategy, tree)  # now: the next step donates them
         info = {"kind": "backup", "epoch": epoch, "step": step,
                 "fingerprints": self._fingerprints, **self._history(ended)}
         checkpoint_lib.save(self.backup_dir, host, info, keep=2,

@@ -33,7 +33,8 @@ def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_sta
         ``(new_params, new_opt_state)``, identical on every replica.
 
     Raises:
-        ValueError: for an unknown ``reduce_op``.
+        ValueError: for an unknown ``reduce_op``, or inside ``strategy.run`` of a strategy
+            with ``shard_optimizer_state=True`` (a custom loop keeps its state mirrored).
 
     Example:
         >>> strategy = mf.MirroredStrategy()
@@ -44,6 +45,8 @@ def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_sta
         ...     grads = jax.grad(loss)(params)
         ...     return mf.apply_gradients(opt, grads, opt_state, params)
     """
-    grads = get_replica_context().all_reduce(reduce_op, grads)
+    context = get_replica_context()
+    context.check_mirrored_optimizer_state("mf.apply_gradients")
+    grads = context.all_reduce(reduce_op, grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state

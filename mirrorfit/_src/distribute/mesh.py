@@ -42,14 +42,23 @@ class DeviceMesh:
     Args:
         devices: the ``jax.Device`` s, one replica each. ``None`` means every local device
             of the default backend (the CPU when there is no accelerator).
+        shard_optimizer_state: split every optimizer-state leaf over the replicas (ZeRO-1/2,
+            `mirrorfit._src.distribute.zero`) instead of mirroring it.
 
     Raises:
-        TypeError: if ``devices`` is not a sequence of ``jax.Device``.
+        TypeError: if ``devices`` is not a sequence of ``jax.Device``, or
+            ``shard_optimizer_state`` is not a bool.
         ValueError: if ``devices`` is empty, has duplicates, mixes platforms, or names a
             device that this process cannot address.
     """
 
-    def __init__(self, devices: Sequence[Device] | None = None):
+    def __init__(self, devices: Sequence[Device] | None = None, *,
+                 shard_optimizer_state: bool = False):
+        if not isinstance(shard_optimizer_state, bool):
+            raise TypeError("shard_optimizer_state must be a bool: True splits the optimizer "
+                            "state over the replicas. Received: "
+                            f"shard_optimizer_state={shard_optimizer_state!r}")
+        self._shard_optimizer_state = shard_optimizer_state
         self._devices = self._resolve_devices(devices)
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
@@ -76,6 +85,13 @@ class DeviceMesh:
         (`compile_replica_fn`), and a step's call may take a host batch
         (`mirrorfit._src.distribute.batch.takes_host_batch`)."""
         return self._single_replica
+
+    @property
+    def shard_optimizer_state(self) -> bool:
+        """Whether optimizer-state leaves are split over the replicas (ZeRO-1/2) rather than
+        mirrored; the train step then reduce-scatters the gradients
+        (`mirrorfit._src.distribute.zero`)."""
+        return self._shard_optimizer_state
 
     @property
     def mesh(self) -> Mesh:

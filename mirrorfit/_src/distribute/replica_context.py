@@ -18,6 +18,13 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.variables import replica as replica_slot
 
+SHARDED_CUSTOM_LOOP = (
+    "{what} inside strategy.run updates an optimizer state that the custom loop keeps "
+    "mirrored, but this strategy was created with shard_optimizer_state=True, which only "
+    "the built-in train step of fit and train_on_batch applies. For a custom training loop, "
+    "create the strategy with shard_optimizer_state=False (the default). Received: {what} "
+    "under a strategy with shard_optimizer_state=True")
+
 
 class ReplicaContext:
     """The context of one replica inside ``strategy.run`` (``tf.distribute.ReplicaContext``).
@@ -32,11 +39,15 @@ class ReplicaContext:
             from `compute_average_loss`, so the sum is the global gradient) or
             `ReduceOp.MEAN` (for gradients of a per-replica mean loss, as a Keras-style
             ``train_step`` inside ``fit`` computes; the trainer sets it there).
+        shard_optimizer_state: the strategy's ``shard_optimizer_state``; optimizer updates
+            of a custom loop then raise (`check_mirrored_optimizer_state`).
     """
 
     def __init__(self, num_replicas_in_sync: int = 1, mask: jax.Array | None = None,
-                 in_run: bool = False, gradient_reduce_op: Any = ReduceOp.SUM):
+                 in_run: bool = False, gradient_reduce_op: Any = ReduceOp.SUM,
+                 shard_optimizer_state: bool = False):
         self.num_replicas_in_sync = num_replicas_in_sync
+        self.shard_optimizer_state = shard_optimizer_state
         self.mask = mask
         self.gradient_reduce_op = ReduceOp.resolve(gradient_reduce_op, "gradient_reduce_op")
         self._in_run = in_run
@@ -45,6 +56,18 @@ class ReplicaContext:
     def replica_id_in_sync_group(self) -> jax.Array | int:
         """This replica's index in ``[0, num_replicas_in_sync)`` (a traced int in ``run``)."""
         return lax.axis_index(BATCH_AXIS) if self._in_run else 0
+
+    def check_mirrored_optimizer_state(self, what: str) -> None:
+        """Refuses a custom loop's optimizer update under ``shard_optimizer_state=True``.
+
+        Args:
+            what: the call, for the message (``"mf.apply_gradients"``).
+
+        Raises:
+            ValueError: if the strategy shards the optimizer state.
+        """
+        if self.shard_optimizer_state:
+            raise ValueError(SHARDED_CUSTOM_LOOP.format(what=what))
 
     def all_reduce(self, reduce_op: Any, value: Any) -> Any:
         """Sums or averages a pytree of arrays across replicas (``lax.psum``/``lax.pmean``).

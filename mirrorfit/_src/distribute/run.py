@@ -122,8 +122,9 @@ def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs
         mask = None
         if masked:
             *args, mask = args
-        with replica_context(ReplicaContext(num_replicas, mask, in_run=True,
-                                            gradient_reduce_op=gradient_reduce_op)):
+        with replica_context(ReplicaContext(
+                num_replicas, mask, in_run=True, gradient_reduce_op=gradient_reduce_op,
+                shard_optimizer_state=mesh.shard_optimizer_state)):
             return fn(*args)
 
     return mesh.compile_replica_fn(per_replica, in_specs, out_specs,

@@ -49,12 +49,24 @@ class MirroredStrategy(DeviceMesh):
     (``NamedSharding(mesh, P("batch"))``); gradients are all-reduced across replicas before a
     single optimizer update, so every replica stays identical.
 
+    With ``shard_optimizer_state=True`` (ZeRO-1/2 over the same replicas), each replica
+    holds only its block of every optimizer-state leaf: ``fit`` reduce-scatters the
+    gradients instead of all-reducing them, updates its block of the params and all-gathers
+    them, so the params stay mirrored and the results equal the mirrored run's (see
+    ``docs/guides/sharded_optimizer_state.md``).
+
     Args:
         devices: the ``jax.Device`` s to mirror over, one replica each. ``None`` means every
             local device of the default backend (the CPU when there is no accelerator).
+        shard_optimizer_state: split the optimizer state over the replicas (each leaf along
+            its first axis that divides by ``num_replicas_in_sync``; others stay
+            mirrored) instead of mirroring it. For ``fit``/``train_on_batch`` with the
+            built-in train step; ``model.opt_state`` keeps its full shapes, and checkpoints
+            hold the full state.
 
     Raises:
-        TypeError: if ``devices`` is not a sequence of ``jax.Device``.
+        TypeError: if ``devices`` is not a sequence of ``jax.Device``, or
+            ``shard_optimizer_state`` is not a bool.
         ValueError: if ``devices`` is empty, has duplicates, mixes platforms, or names a
             device that this process cannot address.
 
@@ -65,14 +77,16 @@ class MirroredStrategy(DeviceMesh):
         >>> batch_size = 32 * strategy.num_replicas_in_sync  # the global batch
     """
 
-    def __init__(self, devices: Sequence[Device] | None = None):
-        super().__init__(devices)
+    def __init__(self, devices: Sequence[Device] | None = None, *,
+                 shard_optimizer_state: bool = False):
+        super().__init__(devices, shard_optimizer_state=shard_optimizer_state)
         self._runner = Runner(self)
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_replicas_in_sync={self.num_replicas_in_sync}, "
-            f"platform={self.devices[0].platform!r})"
+            f"platform={self.devices[0].platform!r}"
+            + (", shard_optimizer_state=True)" if self.shard_optimizer_state else ")")
         )
 
     @contextlib.contextmanager

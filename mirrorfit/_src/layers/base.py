@@ -13,6 +13,9 @@ A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
   found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
   ``custom_objects``);
+* weight constraints (``kernel_constraint=``, ...; `constraints.CONSTRAINED_WEIGHTS`) are
+  read by the trainer, which applies them after every optimizer update
+  (`mirrorfit._src.layers.model_info.weight_constraints`);
 * weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
   when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
   ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
@@ -24,16 +27,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import activations, flax_bridge, functional, initializers, regularizers
+from mirrorfit._src.layers import (
+    activations,
+    constraints,
+    flax_bridge,
+    functional,
+    initializers,
+    regularizers,
+    sequential,
+)
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.utils import registry
+from mirrorfit._src.utils.checks import MirrorfitWarning
 
 if TYPE_CHECKING:
     # Flax's dataclass_transform names only its own field specifier, so a type checker would
@@ -43,6 +56,13 @@ else:
     from dataclasses import field as layer_field
 
 LOSSES = "losses"  # collection of sown regularization penalties (scalars)
+
+CONSTRAINT_NOT_APPLIED = (
+    "{layer}'s constraint on {weight!r} is not applied: the trainer applies the built-in "
+    "layers' constraint arguments for the layers of an mf.layers functional or Sequential "
+    "model and of a Keras-style Layer/Model (subclassed), but this {layer} sits inside the "
+    "Flax module {parent}. Use it in such a model, or apply the constraint yourself after "
+    "each update. Received: {argument}")
 
 LAYERS = registry.Registry("layer", "mirrorfit.layers")
 """The ``mirrorfit.layers`` classes by class name; ``@register`` adds one."""
@@ -61,9 +81,11 @@ def _from_json(field: str, value: Any) -> Any:
     """A constructor argument from its `Layer.get_config` value."""
     if field.endswith("regularizer") and isinstance(value, dict):
         return regularizers.get(value)
+    if field.endswith("constraint") and isinstance(value, dict):
+        return constraints.deserialize(value)
     if field.endswith("activation") and isinstance(value, str):
         return activations.deserialize(value)
-    if field.endswith("initializer") and isinstance(value, str):
+    if field.endswith("initializer") and isinstance(value, (str, dict)):
         return initializers.deserialize(value)
     return value
 
@@ -173,10 +195,27 @@ class FlaxLayer(nn.Module):
                regularizer: Any = None) -> jax.Array:
         """Creates (or reads) float32 param ``name``, sows its penalty, casts it to compute."""
         value = self.param(name, initializers.get(initializer), shape, jnp.float32)
+        if self.is_initializing():
+            self._check_constraint_applies(name)
         penalty = regularizers.get(regularizer)
         if penalty is not None and not self.is_initializing():
             self.sow(LOSSES, f"{name}_regularizer", penalty(value))
         return value.astype(self.compute_dtype)
+
+    def _check_constraint_applies(self, name: str) -> None:
+        """Warns when ``name`` has a constraint that no trainer would apply: the layer is
+        neither a node of a layers model nor called on its own Variables (a Flax module's
+        child; `mirrorfit._src.layers.model_info.weight_constraints`)."""
+        parent = self.parent
+        if (not isinstance(parent, nn.Module) or isinstance(
+                parent, (functional.FunctionalModule, sequential.SequentialModule))):
+            return
+        for argument, weight in constraints.CONSTRAINED_WEIGHTS.items():
+            if weight == name and getattr(self, argument, None) is not None:
+                warnings.warn(CONSTRAINT_NOT_APPLIED.format(
+                    layer=type(self).__name__, weight=name, parent=type(parent).__name__,
+                    argument=f"{argument}={getattr(self, argument)!r}"),
+                    MirrorfitWarning, stacklevel=3)
 
     def activity(self, outputs: jax.Array) -> jax.Array:
         """Sows the activity penalty / batch size (as Keras 3's ``Layer.__call__``)."""
@@ -203,7 +242,8 @@ class FlaxLayer(nn.Module):
         """The constructor arguments as JSON-able values (as ``keras.layers.Layer.get_config``).
 
         Raises:
-            ValueError: an argument (activation, initializer, regularizer) that has no JSON form.
+            ValueError: an argument (activation, initializer, regularizer, constraint) that has
+                no JSON form.
         """
         config: dict[str, Any] = {}
         for field in dataclasses.fields(self):
@@ -214,6 +254,8 @@ class FlaxLayer(nn.Module):
                 value = activations.serialize(value)
             elif field.name.endswith("regularizer"):
                 value = regularizers.serialize(value)
+            elif field.name.endswith("constraint"):
+                value = constraints.serialize(value)
             elif field.name.endswith("initializer"):
                 value = initializers.serialize(value)
             elif field.name == "dtype" and value is not None and not isinstance(value, str):
@@ -225,13 +267,13 @@ class FlaxLayer(nn.Module):
     def from_config(cls, config: dict[str, Any]) -> FlaxLayer:
         """A layer from ``get_config()``'s output.
 
-        Regularizer configs become objects; activation and initializer names that are not
-        Keras' (your functions) become the functions registered with
-        ``mf.saving.register_serializable`` or given in ``custom_objects`` (through
-        ``mf.saving.custom_object_scope``, as ``load_model`` does).
+        Regularizer, constraint and initializer configs become objects; activation and
+        initializer names that are not Keras' (your functions) become the functions
+        registered with ``mf.saving.register_serializable`` or given in ``custom_objects``
+        (through ``mf.saving.custom_object_scope``, as ``load_model`` does).
 
         Raises:
-            ValueError: a regularizer, activation or initializer found nowhere.
+            ValueError: a regularizer, constraint, activation or initializer found nowhere.
         """
         return cls(**{k: _from_json(k, v) for k, v in config.items()})
 

@@ -1,7 +1,8 @@
 """Convolutions with Keras' defaults: ``padding="valid"``, channels_last, glorot_uniform kernels.
 
 Conv1D/2D/3D, Conv2DTranspose, DepthwiseConv2D and SeparableConv2D, as ``keras.layers``; on
-``jax.lax`` convolutions (XLA's ``"SAME"`` padding is TensorFlow's).
+``jax.lax`` convolutions (XLA's ``"SAME"`` padding is TensorFlow's). Their ``*_constraint``
+arguments (`mirrorfit.constraints`) project the weights after every optimizer update.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class _Conv(FlaxLayer):
     kernel_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
+    kernel_constraint: Any = None
+    bias_constraint: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -146,6 +149,8 @@ class Conv2DTranspose(FlaxLayer):
     kernel_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
+    kernel_constraint: Any = None
+    bias_constraint: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -199,6 +204,8 @@ class DepthwiseConv2D(FlaxLayer):
     depthwise_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
+    depthwise_constraint: Any = None
+    bias_constraint: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -240,6 +247,9 @@ class SeparableConv2D(FlaxLayer):
     pointwise_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
+    depthwise_constraint: Any = None
+    pointwise_constraint: Any = None
+    bias_constraint: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:

@@ -17,6 +17,8 @@ class Dense(FlaxLayer):
 
     Input shape ``[..., input_dim]``; output ``[..., units]``. Weights: ``kernel``
     ``[input_dim, units]`` (glorot_uniform), ``bias`` ``[units]`` (zeros).
+    ``kernel_constraint`` / ``bias_constraint`` (`mirrorfit.constraints`) project them after
+    every optimizer update, as Keras.
     """
 
     units: int
@@ -27,6 +29,8 @@ class Dense(FlaxLayer):
     kernel_regularizer: Any = None
     bias_regularizer: Any = None
     activity_regularizer: Any = None
+    kernel_constraint: Any = None
+    bias_constraint: Any = None
     input_dim: int | None = layer_field(default=None, kw_only=True)  # legacy tf.keras
 
     @property
@@ -87,13 +91,15 @@ class Embedding(FlaxLayer):
     """Row lookup ``embeddings[inputs]``, as ``keras.layers.Embedding``.
 
     Input: integer indices ``[batch, ...]``; output ``[batch, ..., output_dim]``. Weight:
-    ``embeddings`` ``[input_dim, output_dim]`` (Keras' ``"uniform"``: U(-0.05, 0.05)).
+    ``embeddings`` ``[input_dim, output_dim]`` (Keras' ``"uniform"``: U(-0.05, 0.05)),
+    projected by ``embeddings_constraint`` after every optimizer update.
     """
 
     input_dim: int
     output_dim: int
     embeddings_initializer: Any = "uniform"
     embeddings_regularizer: Any = None
+    embeddings_constraint: Any = None
     activity_regularizer: Any = None
 
     @nn.compact

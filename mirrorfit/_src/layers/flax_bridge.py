@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from mirrorfit._src.layers.constraints import layer_constraints
 from mirrorfit._src.layers.name_scope import unique_name, weight_path
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables import call_context, tracking
@@ -63,11 +64,13 @@ def _create(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> dict[str,
         variables = dict(module.init(rngs, *_concrete_zeros(args), **call_kwargs))
     variables.pop(LOSSES, None)
     bridge: dict[str, Any] = {}
+    constrained = {(name,): c for name, c in layer_constraints(module).items()}
     for collection, tree in variables.items():
         trainable = collection == "params"
         bridge[collection] = {
             path: Variable(leaf, trainable=trainable and getattr(module, "trainable", True),
-                           name="/".join(path), aggregation="none" if trainable else "mean")
+                           name="/".join(path), aggregation="none" if trainable else "mean",
+                           constraint=constrained.get(path) if trainable else None)
             for path, leaf in traverse_util.flatten_dict(tree).items()}
     owner = module.name or unique_name(snake_case(type(module).__name__))
     for tree in bridge.values():

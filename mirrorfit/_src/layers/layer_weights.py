@@ -17,7 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.layers import auto_config, initializers, regularizers
+from mirrorfit._src.layers import auto_config, constraints, initializers, regularizers
 from mirrorfit._src.layers.name_scope import weight_path
 from mirrorfit._src.variables import tracking
 from mirrorfit._src.variables.variable import Variable
@@ -72,8 +72,9 @@ class LayerWeights:
             autocast: accepted for Keras compatibility (weights are read in their dtype).
             regularizer: a name, config or callable penalty of the weight, added to
                 ``losses`` while the weight is trainable.
-            constraint: a callable ``w -> w``, kept as the variable's ``constraint`` (Keras
-                applies it after each optimizer update).
+            constraint: a callable ``w -> w`` (e.g. `mirrorfit.constraints.MaxNorm`), a
+                Keras constraint name (``"non_neg"``) or config, kept as the variable's
+                ``constraint`` (applied after each optimizer update, as Keras).
             aggregation: how replicas combine assignments (see `mirrorfit.Variable`).
             name: the weight's name, unique within the layer (default ``"variable"``,
                 ``"variable_1"``, ...); its ``path`` is ``"<layer name>/<name>"``, under the
@@ -84,8 +85,8 @@ class LayerWeights:
 
         Raises:
             ValueError: a name this layer already uses, a name given positionally (tf.keras
-                2's ``add_weight("kernel", ...)``), a constraint that is not callable, or what
-                `mirrorfit.Variable` raises.
+                2's ``add_weight("kernel", ...)``), a constraint that is neither a callable nor
+                a Keras constraint name, or what `mirrorfit.Variable` raises.
             RuntimeError: ``super().__init__()`` was not called.
         """
         del autocast
@@ -94,9 +95,7 @@ class LayerWeights:
             raise ValueError("`name` must be passed as a keyword argument. Received: "
                              f"add_weight({shape!r}, ...). Use: add_weight(shape=..., "
                              f"name={shape!r}).")
-        if constraint is not None and not callable(constraint):
-            raise ValueError("constraint must be a callable `w -> w` (e.g. `lambda w: "
-                             f"jnp.clip(w, 0, None)`). Received: constraint={constraint!r}")
+        constraint = constraints.get(constraint)
         dtype = jnp.dtype(dtype or self.variable_dtype)
         taken = {v.name for v in self._mf_trainable_own + self._mf_non_trainable_own}
         if name in taken:

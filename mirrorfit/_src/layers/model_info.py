@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
+from mirrorfit._src.layers.constraints import layer_constraints
 from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor
 from mirrorfit._src.layers.sequential import SequentialModule
 from mirrorfit._src.variables import tracking
@@ -130,21 +131,30 @@ def sample_inputs(module: nn.Module, batch_size: int = 1) -> Any:
 
 
 def weight_constraints(module: Any) -> Callable[[Any], Any] | None:
-    """``params -> params`` applying each Keras-style weight's ``constraint`` (as Keras does
-    after every optimizer update), for a subclassed model or a functional/Sequential model
-    calling Keras-style layers; ``None`` for other modules. The constraints are read from
-    the variables when the step is traced (a subclassed model builds on its first batch)."""
+    """``params -> params`` applying each weight's constraint (as Keras does after every
+    optimizer update), for a subclassed model or a functional/Sequential model; ``None`` for
+    other modules or when nothing is constrained.
+
+    The constraints are a built-in layer's ``*_constraint`` arguments
+    (`mirrorfit._src.layers.constraints.layer_constraints`) and each Keras-style weight's
+    ``constraint`` (a built-in layer called inside a Keras-style one gets its arguments' on
+    its Variables), read from the variables when the step is traced (a subclassed model
+    builds on its first batch)."""
     if isinstance(module, nn.Module) and not is_layers_model(module):
         return None
     if is_layers_model(module):
         nodes = [(name, layer) for name, layer in model_layers(module)
                  if not isinstance(layer, nn.Module) and hasattr(layer, "__mf_variables__")]
-        if not nodes:
+        built_in = {(name, weight): constraint for name, layer in model_layers(module)
+                    if isinstance(layer, nn.Module)
+                    for weight, constraint in layer_constraints(layer).items()}
+        if not nodes and not built_in:
             return None
 
         def table() -> dict[tuple[str, ...], Any]:
-            return {(name, "/".join(path)): v.constraint for name, layer in nodes
-                    for path, v in tracking.walk(layer) if v.constraint is not None}
+            return {**built_in, **{(name, "/".join(path)): v.constraint for name, layer in nodes
+                                   for path, v in tracking.walk(layer)
+                                   if v.constraint is not None}}
     elif hasattr(module, "__mf_variables__"):
         def table() -> dict[tuple[str, ...], Any]:
             return {path: v.constraint for path, v in tracking.walk(module)

@@ -67,6 +67,8 @@ class BatchNormalization(FlaxLayer):
     moving_variance_initializer: Any = "ones"
     beta_regularizer: Any = None
     gamma_regularizer: Any = None
+    beta_constraint: Any = None
+    gamma_constraint: Any = None
     synchronized: bool = False
 
     @nn.compact
@@ -112,6 +114,8 @@ class LayerNormalization(FlaxLayer):
     gamma_initializer: Any = "ones"
     beta_regularizer: Any = None
     gamma_regularizer: Any = None
+    beta_constraint: Any = None
+    gamma_constraint: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -143,6 +147,8 @@ class GroupNormalization(FlaxLayer):
     gamma_initializer: Any = "ones"
     beta_regularizer: Any = None
     gamma_regularizer: Any = None
+    beta_constraint: Any = None
+    gamma_constraint: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.callbacks.callback import History
+from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
 from mirrorfit._src.layers.layer import Layer
@@ -190,7 +191,11 @@ class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, M
         if unknown:
             raise ValueError(f"assign_state takes TrainState fields {TrainState._fields}. "
                              f"Received: {unknown}")
-        self._state = state._replace(**self._strategy.replicate_arrays(fields))
+        placed = self._strategy.replicate_arrays({k: v for k, v in fields.items()
+                                                  if k != "opt_state"})
+        if "opt_state" in fields:  # mirrored, or split with shard_optimizer_state
+            placed["opt_state"] = zero.place_optimizer_state(self._strategy, fields["opt_state"])
+        self._state = state._replace(**placed)
         self._push()
 
     @property
@@ -246,14 +251,18 @@ class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, M
         self._input_spec = input_spec.spec_of(sample)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(
-            create_state(params, model_state, opt_state, self.seed))
+            create_state(params, model_state, None, self.seed))._replace(opt_state=opt_state)
 
     def _init_opt_state(self, params):
         config = self._trainer.config
         assert config is not None  # called once compiled
-        init = jax.jit(config.optimizer.init,
-                       out_shardings=self._strategy.replicated_sharding)
-        return init(params)
+        if not self._strategy.shard_optimizer_state:
+            init = jax.jit(config.optimizer.init,
+                           out_shardings=self._strategy.replicated_sharding)
+            return init(params)
+        shapes = jax.eval_shape(config.optimizer.init, params)  # split: placed as created
+        return jax.jit(config.optimizer.init, out_shardings=jax.tree.map(
+            lambda s: zero.optimizer_state_sharding(self._strategy, s.shape), shapes))(params)
 
     def _check_input(self, x: Any, name: str = "x") -> None:
         """Builds on first use, or checks per-example shapes against the built model."""

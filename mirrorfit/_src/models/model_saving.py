@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src.distribute import zero
 from mirrorfit._src.models import keras_models
 from mirrorfit._src.saving import keras_archive, saved_config
 from mirrorfit._src.saving.checkpoint import Checkpoint, read_latest, save, select, unflatten_like
@@ -139,10 +140,11 @@ def save_model(model, path: str | os.PathLike, argument: str = "path",
         CheckpointWriteError: naming ``argument``, if the write fails.
     """
     info = _model_info(model, "model")
+    state = zero.host_copy(model.strategy, model.state._asdict())  # whole, also when split
     if keras_archive.is_archive_path(path):
         return keras_archive.write(path, lambda tmp: (
-            save(tmp, model.state._asdict(), info, argument=argument), info)[1], argument)
-    return save(path, model.state._asdict(), info, argument=argument, lock=lock)
+            save(tmp, state, info, argument=argument), info)[1], argument)
+    return save(path, state, info, argument=argument, lock=lock)
 
 
 def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from mirrorfit._src.optimizers import blocks
 from mirrorfit._src.optimizers.rules import NO_PARAMS
 
 
@@ -109,27 +110,48 @@ def clip_by_norm_per_variable(clipnorm: float) -> optax.GradientTransformation:
     """Clips each gradient leaf to L2 norm ``clipnorm``: ``g * clipnorm / max(|g|, clipnorm)``.
 
     As ``keras.optimizers.Optimizer(clipnorm=...)`` (``BaseOptimizer._clip_by_norm``);
-    an all-zero gradient stays zero.
+    an all-zero gradient stays zero. On blocks of a sharded optimizer state, ``|g|`` is the
+    whole variable's norm (`blocks.leaf_sums_of_squares`).
     """
 
-    def clip(g):
-        l2sum = jnp.sum(jnp.square(g))
+    def clip(g, l2sum):
         l2norm = jnp.where(l2sum > 0, jnp.sqrt(jnp.where(l2sum > 0, l2sum, 1.0)), l2sum)
         return g * clipnorm / jnp.maximum(l2norm, clipnorm)
 
-    return optax.stateless(lambda updates, params=None: jax.tree.map(clip, updates))
+    return optax.stateless(lambda updates, params=None: jax.tree.map(
+        clip, updates, blocks.leaf_sums_of_squares(updates)))
+
+
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+    """``optax.clip_by_global_norm(max_norm)``, also on blocks of a sharded optimizer state.
+
+    On blocks (`blocks.block_update`) the global norm adds every replica's blocks
+    (`blocks.global_sum_of_squares`), then clips as optax does; elsewhere this is optax's
+    transformation itself.
+    """
+    whole = optax.clip_by_global_norm(max_norm)
+
+    def update(updates, state, params=None):
+        if not blocks.active():
+            return whole.update(updates, state, params)
+        g_norm = jnp.sqrt(blocks.global_sum_of_squares(updates))
+        trigger = g_norm < max_norm
+        return jax.tree.map(lambda t: lax.select(trigger, t, (t / g_norm.astype(t.dtype))
+                                                 * max_norm), updates), state
+
+    return optax.GradientTransformation(whole.init, update)
 
 
 def keras_clipping(options: Options) -> optax.GradientTransformation | None:
     """The clipping Keras applies for ``options``, or None when none is set.
 
-    ``global_clipnorm`` is ``optax.clip_by_global_norm`` and ``clipvalue`` is
-    ``optax.clip``: both equal Keras' formulas.
+    ``global_clipnorm`` is ``optax.clip_by_global_norm`` (`clip_by_global_norm`) and
+    ``clipvalue`` is ``optax.clip``: both equal Keras' formulas.
     """
     if options.clipnorm is not None:
         return clip_by_norm_per_variable(options.clipnorm)
     if options.global_clipnorm is not None:
-        return optax.clip_by_global_norm(options.global_clipnorm)
+        return clip_by_global_norm(options.global_clipnorm)
     if options.clipvalue is not None:
         return optax.clip(options.clipvalue)
     return None

@@ -180,7 +180,8 @@ class StatefulOptimizer:
         Raises:
             ValueError: if the optimizer was never built and no variables are given, if the
                 gradients and variables differ in number, if a variable is not one the
-                optimizer was built with, or if a gradient is ``None``.
+                optimizer was built with, if a gradient is ``None``, or inside
+                ``strategy.run`` of a strategy with ``shard_optimizer_state=True``.
         """
         if not grads:
             return
@@ -195,6 +196,8 @@ class StatefulOptimizer:
                 self.build(variables)
         aligned = _aligned(list(grads), variables, slots.trainable)
         context = replica.current()
+        if context is not None:
+            context.check_mirrored_optimizer_state("optimizer.apply_gradients")
         if context is not None and context.num_replicas_in_sync > 1:
             aligned = context.all_reduce(context.gradient_reduce_op, aligned)
         inputs = (aligned, [v.value for v in slots.trainable], [v.value for v in slots.state],

@@ -55,6 +55,10 @@ class StepConfig(NamedTuple):
     # params -> params with the Keras-style weights' ``constraint`` s applied after each
     # update, as Keras does (`mirrorfit._src.layers.model_info.weight_constraints`).
     constrain: Callable[[Any], Any] | None = None
+    # Whether the optimizer state is split over the replicas (the strategy's
+    # ``shard_optimizer_state``): the built-in train step reduce-scatters the gradients and
+    # updates blocks of the params (`mirrorfit._src.distribute.zero`).
+    shard_optimizer_state: bool = False
 
 
 class StepFamily(abc.ABC):

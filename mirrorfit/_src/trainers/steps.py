@@ -30,10 +30,12 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import share_of_sum
+from mirrorfit._src.optimizers import blocks
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite, at_floor
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers import statistics as stats_lib
@@ -82,6 +84,12 @@ class BuiltinSteps(StepFamily):
         later step of the epoch, leaves the state as it was but for ``step``, which advances
         as for a skipped loss-scaling step: ``fit`` reads the flag after the step and stops
         training there.
+
+        With ``cfg.shard_optimizer_state`` (ZeRO-1/2), the gradients of split leaves are
+        reduce-scattered instead (`zero.reduce_gradients`), the optimizer updates this
+        replica's blocks of the params and of its state (`blocks.block_update`, so clipping
+        norms add every block), and the new blocks are all-gathered (`zero.gather_blocks`):
+        the same new params as the all-reduce, to rounding.
         """
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
@@ -111,7 +119,10 @@ class BuiltinSteps(StepFamily):
                 local_stats[stats_lib.NON_FINITE] = 1.0 - all_finite(local_grads).astype(
                     jnp.float32)
             stats, unflatten = stats_lib.flatten(local_stats)
-            grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
+            if cfg.shard_optimizer_state:
+                grad_sum, stats = zero.reduce_gradients(local_grads, stats)
+            else:
+                grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
             count = unflatten(stats)["loss"]["count"]
             model_state = mean_non_param_collections(model_state)
 
@@ -121,8 +132,14 @@ class BuiltinSteps(StepFamily):
                 scale = (1.0 if scaler is None else global_rows) / jnp.maximum(count, 1.0)
                 grads = jax.tree.map(lambda g: g * scale, grad_sum)
                 update_fn = cfg.optimizer.update if scaler is None else scaler.handle_finite_grads
-                updates, opt_state = update_fn(grads, state.opt_state, state.params)
-                params = optax.apply_updates(state.params, updates)
+                if cfg.shard_optimizer_state:
+                    own = zero.blocks_of(state.params)
+                    with blocks.block_update(BATCH_AXIS, zero.split_flags(state.params)):
+                        updates, opt_state = update_fn(grads, state.opt_state, own)
+                    params = zero.gather_blocks(optax.apply_updates(own, updates), state.params)
+                else:
+                    updates, opt_state = update_fn(grads, state.opt_state, state.params)
+                    params = optax.apply_updates(state.params, updates)
                 return TrainState(
                     params=params if cfg.constrain is None else cfg.constrain(params),
                     model_state=model_state,

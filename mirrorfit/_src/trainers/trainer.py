@@ -53,8 +53,7 @@ from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.optimizers.options import finalize_variable_values
-from mirrorfit._src.trainers import fingerprint, numerics, step_cost
+from mirrorfit._src.trainers import fingerprint, numerics, sharded_state, step_cost
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -115,7 +114,7 @@ class Trainer(TrainingLoop):
     def configure(self, config: StepConfig, steps_per_execution: int = 1) -> None:
         """Sets the loss, metrics, optimizer and step family (``compile``); later fits
         compile anew. Every train and eval step is built by ``config.family``."""
-        self.config = config
+        self.config = config = sharded_state.configured(config, self.strategy)
         self.steps_per_execution = steps_per_execution
         self._layouts = {}
         self._warned = set()
@@ -299,8 +298,7 @@ class Trainer(TrainingLoop):
                     break
             if first < epochs:  # as Keras: an optimizer with use_ema ends with the EMA weights
                 state = model.state
-                model.state = state._replace(
-                    params=finalize_variable_values(state.params, state.opt_state))
+                model.state = state._replace(params=sharded_state.finalized(self.strategy, state))
             callback_list.on_train_end(logs)
         except BaseException as error:  # a crash or an interrupt: callbacks close their runs
             callback_list.on_train_error(error)
@@ -317,7 +315,8 @@ class Trainer(TrainingLoop):
         statistics = self._fresh_statistics(model.state, batch)
         assert self._train_step is not None  # set by configure (compile)
         train_fn = self.train_fn = self._compiled_step(
-            self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
+            self._train_step, (model.state, statistics, batch),
+            (sharded_state.state_out_specs(self.strategy, model.state), P()), donate_argnums=0)
         self._train_shapes = step_cost.shapes_of((model.state, statistics, batch))
         if resume is not None and resume.restore_statistics is not None:
             statistics = self.strategy.replicate_arrays(
@@ -354,7 +353,8 @@ class Trainer(TrainingLoop):
         statistics = self._fresh_statistics(model.state, batch)
         assert self._train_step is not None  # set by configure (compile)
         train_fn = self._compiled_step(
-            self._train_step, (model.state, statistics, batch), (P(), P()), donate_argnums=0)
+            self._train_step, (model.state, statistics, batch),
+            (sharded_state.state_out_specs(self.strategy, model.state), P()), donate_argnums=0)
         model.state, statistics = train_fn(model.state, statistics, batch)
         return self._decode(statistics)
 

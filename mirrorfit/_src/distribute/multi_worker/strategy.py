@@ -77,6 +77,8 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             ``$MIRRORFIT_INIT_TIMEOUT``, else 300.
         heartbeat_timeout: seconds after which a silent process (e.g. on a machine that
             vanished) makes the others terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
+        shard_optimizer_state: split the optimizer state over all replicas of the job
+            (ZeRO-1/2), as `MirroredStrategy`'s argument of that name.
 
     Attributes:
         cluster_resolver: this process's `ClusterResolver` (``task_type``, ``task_id``,
@@ -105,12 +107,12 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
                  process_id: int | None = None,
                  local_device_ids: int | Sequence[int] | None = None, *,
                  initialization_timeout: int | None = None,
-                 heartbeat_timeout: int | None = None):
+                 heartbeat_timeout: int | None = None, shard_optimizer_state: bool = False):
         config = initialize(coordinator_address, num_processes, process_id, local_device_ids,
                             initialization_timeout=initialization_timeout,
                             heartbeat_timeout=heartbeat_timeout)
         self.cluster_resolver = ClusterResolver(config)
-        super().__init__()
+        super().__init__(shard_optimizer_state=shard_optimizer_state)
 
     def _resolve_devices(self, devices: Sequence[Device] | None) -> tuple[Device, ...]:
         # Every device of every process, ordered by process: each process's rows of a

@@ -1,0 +1,160 @@
+"""A sharded optimizer state (ZeRO-1/2): its placement, and the train step's collectives.
+
+With ``MirroredStrategy(shard_optimizer_state=True)`` every optimizer-state leaf is split
+over the ``"batch"`` axis along its `shard_axis` (its first axis that divides by the
+replica count; `optimizer_state_sharding`,
+`place_optimizer_state`): a ``jax.Array`` of the leaf's full shape of which each device
+holds one block, so a device holds about ``1 / num_replicas_in_sync`` of the state, and
+``jax.device_get`` (checkpoints, ``model.opt_state``) reads the whole. In the train step a
+replica updates only its block of each param:
+
+1. `reduce_gradients`: the gradients of split leaves are reduce-scattered
+   (``lax.psum_scatter(..., tiled=True)``: each replica receives the sum of its block), the
+   others, with the step's statistics, all-reduced in one ``lax.psum``, as without sharding;
+2. `blocks_of`: this replica's block of each param, to give the optimizer with its
+   gradient and state blocks;
+3. `gather_blocks`: the updated blocks all-gathered (``lax.all_gather(..., tiled=True)``),
+   so the params stay mirrored.
+
+A leaf with no axis that divides by the replica count is not split: its gradient is
+all-reduced and every replica updates it whole. `split_flags` says which leaves are blocks
+(`mirrorfit._src.optimizers.blocks` needs it for norms). Call these inside a per-replica
+function over `BATCH_AXIS`.
+
+Splitting along an existing axis, rather than flattening and padding every leaf, keeps the
+state's shapes, so files written from a split state and from a mirrored one are the same
+and a run resumes at any replica count; a leaf no axis of which divides (a scalar, a bias
+of 10 over 8 replicas) stays mirrored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
+
+
+def shard_axis(shape: Sequence[int], num_replicas: int) -> int | None:
+    """The axis an optimizer-state leaf (and its param's gradient) is split along.
+
+    The first (outermost) axis whose size divides by ``num_replicas``, so every replica holds
+    an equal block of whole elements and no padding, and in row-major layout a block is one
+    contiguous range of the leaf: slicing it, reduce-scattering into it and all-gathering it
+    need no transposes (an inner axis cost XLA:CPU a layout copy of the leaf per step).
+    ``None`` (the leaf stays mirrored) for one replica, scalars, or when no axis divides. A
+    leaf and its param have the same shape, so they are split alike.
+
+    Args:
+        shape: the leaf's shape.
+        num_replicas: the replicas the leaf is split over.
+
+    Example:
+        >>> shard_axis((16, 3), 8), shard_axis((3, 16), 8), shard_axis((5,), 8), shard_axis((), 8)
+        (0, 1, None, None)
+    """
+    if num_replicas == 1:
+        return None
+    return next((axis for axis, size in enumerate(shape)
+                 if size > 0 and size % num_replicas == 0), None)
+
+
+def optimizer_state_sharding(mesh: DeviceMesh, shape: Sequence[int]) -> NamedSharding:
+    """Where an optimizer-state leaf of ``shape`` lives on ``mesh``: mirrored
+    (``replicated_sharding``) unless ``mesh.shard_optimizer_state``, then split on
+    ``"batch"`` along its `shard_axis` (mirrored when it has none)."""
+    axis = shard_axis(shape, mesh.num_replicas_in_sync) if mesh.shard_optimizer_state else None
+    if axis is None:
+        return mesh.replicated_sharding
+    return NamedSharding(mesh.mesh, P(*([None] * axis), BATCH_AXIS))
+
+
+def place_optimizer_state(mesh: DeviceMesh, tree: Any) -> Any:
+    """Places an optimizer state on ``mesh`` by `optimizer_state_sharding`: mirrored as
+    ``mesh.replicate_arrays`` does, or split.
+
+    Args:
+        mesh: the strategy.
+        tree: pytree of NumPy or JAX arrays (or numbers), any shapes and shardings.
+
+    Returns:
+        The same pytree of ``jax.Array`` s with their full shapes.
+    """
+    if not mesh.shard_optimizer_state:
+        return mesh.replicate_arrays(tree)
+    return jax.tree.map(
+        lambda leaf: jax.device_put(leaf, optimizer_state_sharding(mesh, np.shape(leaf))), tree)
+
+
+def _axes(leaves: list[Any]) -> list[int | None]:
+    replicas = lax.axis_size(BATCH_AXIS)
+    return [shard_axis(leaf.shape, replicas) for leaf in leaves]
+
+
+def split_flags(params: Any) -> Any:
+    """A pytree like ``params`` of bools: True where the leaf is split over the replicas."""
+    leaves, treedef = jax.tree.flatten(params)
+    return treedef.unflatten([axis is not None for axis in _axes(leaves)])
+
+
+def reduce_gradients(grads: Any, statistics: Any) -> tuple[Any, Any]:
+    """Sums gradients over the replicas: this replica's block of a split leaf, the whole of
+    the others.
+
+    Args:
+        grads: this replica's gradients, a pytree like the params (full shapes).
+        statistics: arrays all-reduced with the unsplit gradients (one ``lax.psum``).
+
+    Returns:
+        ``(grad_sum, statistics_sum)``: ``grad_sum`` holds, for a leaf split along axis
+        ``a``, the block ``[..., size_a / replicas, ...]`` of the sum this replica owns, and
+        the full sum for the others.
+    """
+    leaves, treedef = jax.tree.flatten(grads)
+    axes = _axes(leaves)
+    whole, statistics = lax.psum(([g for g, a in zip(leaves, axes) if a is None], statistics),
+                                 BATCH_AXIS)
+    summed = iter(whole)
+    return treedef.unflatten([
+        next(summed) if a is None else
+        lax.psum_scatter(g, BATCH_AXIS, scatter_dimension=a, tiled=True)
+        for g, a in zip(leaves, axes)]), statistics
+
+
+def blocks_of(params: Any) -> Any:
+    """This replica's block of each split leaf of the mirrored ``params`` (others whole)."""
+    leaves, treedef = jax.tree.flatten(params)
+    index = lax.axis_index(BATCH_AXIS)
+
+    def block(p, axis):
+        if axis is None:
+            return p
+        size = p.shape[axis] // lax.axis_size(BATCH_AXIS)
+        return lax.dynamic_slice_in_dim(p, index * size, size, axis)
+
+    return treedef.unflatten([block(p, a) for p, a in zip(leaves, _axes(leaves))])
+
+
+def gather_blocks(blocks: Any, like: Any) -> Any:
+    """The full leaves from every replica's ``blocks`` (as `blocks_of` cut ``like``)."""
+    leaves, treedef = jax.tree.flatten(blocks)
+    axes = _axes(jax.tree.leaves(like))
+    return treedef.unflatten([
+        b if a is None else lax.all_gather(b, BATCH_AXIS, axis=a, tiled=True)
+        for b, a in zip(leaves, axes)])
+
+
+def host_copy(mesh: DeviceMesh, tree: Any) -> Any:
+    """``tree`` (a training state) on the host, whole, for a checkpoint.
+
+    ``jax.device_get``, or with a sharded optimizer state ``mesh.fetch``, which also
+    all-gathers leaves split over the devices of several processes: then every process
+    calls it at the same point (as every process writes a checkpoint).
+    """
+    return mesh.fetch(tree) if mesh.shard_optimizer_state else jax.device_get(tree)

@@ -1,0 +1,60 @@
+"""What ``fit`` does differently when the strategy shards the optimizer state (ZeRO-1/2).
+
+With ``MirroredStrategy(shard_optimizer_state=True)``: `configured` checks at ``compile``
+that the model's steps and optimizer can update blocks of the params, and flags the step
+config (`mirrorfit._src.trainers.steps`); `state_out_specs` keeps the train step's new
+optimizer state split as its input was; `finalized` mirrors the EMA that ends ``fit``
+(the EMA lives in the optimizer state, so it is split too). With the option off each is
+what ``fit`` did before: the config as it is, ``P()`` and the unplaced EMA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jax.sharding import PartitionSpec as P
+
+from mirrorfit._src.distribute.mesh import DeviceMesh
+from mirrorfit._src.distribute.run import specs_like
+from mirrorfit._src.optimizers.options import finalize_variable_values
+from mirrorfit._src.optimizers.sliceable import check_sliceable
+from mirrorfit._src.trainers.state import TrainState
+from mirrorfit._src.trainers.step_family import StepConfig
+from mirrorfit._src.trainers.steps import BUILTIN
+
+OWN_STEPS = (
+    "shard_optimizer_state=True works with the built-in train step of compile's loss: this "
+    "model defines its own train_step (or compute_loss), whose update the strategy cannot "
+    "split. Use MirroredStrategy(shard_optimizer_state=False) for it. Received: a model "
+    "whose steps are {family}")
+
+
+def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
+    """``config`` flagged for a sharded optimizer state when ``strategy`` shards it.
+
+    Raises:
+        ValueError: if the steps are a model's own (``train_step`` overridden) or the
+            optimizer cannot update blocks (`check_sliceable`).
+    """
+    if not strategy.shard_optimizer_state:
+        return config
+    if config.family is not BUILTIN:
+        raise ValueError(OWN_STEPS.format(family=type(config.family).__name__))
+    check_sliceable(config.optimizer)
+    return config._replace(shard_optimizer_state=True)
+
+
+def state_out_specs(strategy: DeviceMesh, state: TrainState) -> Any:
+    """The ``out_specs`` of the train step's state: ``P()`` (all mirrored), or with a
+    sharded optimizer state each leaf's own spec (the step returns it placed as it came)."""
+    if not strategy.shard_optimizer_state:
+        return P()
+    return specs_like(strategy, (state,))[0]
+
+
+def finalized(strategy: DeviceMesh, state: TrainState) -> Any:
+    """``finalize_variable_values``: the params ``fit`` ends with, mirrored."""
+    params = finalize_variable_values(state.params, state.opt_state)
+    if strategy.shard_optimizer_state and params is not state.params:
+        return strategy.replicate_arrays(params)
+    return params
