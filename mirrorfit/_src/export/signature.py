@@ -11,7 +11,7 @@ dimension dropped (``Signature``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -68,8 +68,3 @@ def of_model(model: Any) -> Signature:
 def batched(signature: Signature, batch: Any, make: Callable[[tuple, Any], Any]) -> list[Any]:
     """The arguments' leaves as ``make((batch, *shape), dtype)``, in the signature's pytree."""
     return [jax.tree.map(lambda s: make((batch, *s.shape), s.dtype), arg) for arg in signature]
-
-
-def leaves(signature: Signature) -> Sequence[jax.ShapeDtypeStruct]:
-    """Every leaf of ``signature``, in argument order."""
-    return jax.tree.leaves(list(signature))

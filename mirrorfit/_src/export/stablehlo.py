@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mirrorfit._src.export import signature
+
 SUFFIX = ".jax_exported"
 PLATFORMS = ("cpu", "cuda", "tpu")  # lowered for each, whatever device exports
 
@@ -37,9 +39,7 @@ def write(path: Path, endpoints: dict[str, Any], values: list[np.ndarray]) -> No
     constants = [jnp.asarray(v) for v in values]
     members = {}
     for name, endpoint in endpoints.items():
-        args = endpoint.signature
-        specs = [jax.tree.map(lambda s: jax.ShapeDtypeStruct((batch, *s.shape), s.dtype), a)
-                 for a in args]
+        specs = signature.batched(endpoint.signature, batch, jax.ShapeDtypeStruct)
         function = jax.jit(functools.partial(endpoint.function, constants))
         exported = jax.export.export(function, platforms=PLATFORMS)(*specs)
         members[name + SUFFIX] = exported.serialize()
