@@ -36,9 +36,11 @@ class _Pooling(FlaxLayer):
         strides = window if self.strides is None else as_tuple(self.strides, self.rank,
                                                                "strides")
         x = self.cast(inputs)
+        # By keyword: jax2onnx's ONNX export replaces these functions with keyword-only ones.
+        pool = {"window_shape": window, "strides": strides, "padding": self.padding.upper()}
         if self.is_max:
-            return nn.max_pool(x, window, strides, self.padding.upper())
-        return nn.avg_pool(x, window, strides, self.padding.upper(), count_include_pad=False)
+            return nn.max_pool(x, **pool)
+        return nn.avg_pool(x, **pool, count_include_pad=False)
 
 
 @register
