@@ -28,6 +28,8 @@ class HostLayer:
     Subclasses implement ``call(inputs) -> np.ndarray`` and ``get_config``.
     """
 
+    exportable = False  # Python on the host: `mf.export` refuses a model that holds one
+
     def __init__(self, name: str | None = None, **kwargs: Any):
         kwargs.pop("dtype", None)  # accepted as Keras does; outputs have fixed dtypes
         kwargs.pop("trainable", None)
