@@ -21,6 +21,7 @@ from mirrorfit._src.layers.core import Rescaling as Rescaling
 from mirrorfit._src.layers.functional import Input as Input
 from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
 from mirrorfit._src.layers.layer import Layer as Layer
+from mirrorfit._src.layers.masking import Masking as Masking
 from mirrorfit._src.layers.merging import Add as Add
 from mirrorfit._src.layers.merging import Concatenate as Concatenate
 from mirrorfit._src.layers.merging import Multiply as Multiply
@@ -46,6 +47,8 @@ from mirrorfit._src.layers.reshaping import Permute as Permute
 from mirrorfit._src.layers.reshaping import Reshape as Reshape
 from mirrorfit._src.layers.reshaping import UpSampling2D as UpSampling2D
 from mirrorfit._src.layers.reshaping import ZeroPadding2D as ZeroPadding2D
+from mirrorfit._src.layers.wrappers import Bidirectional as Bidirectional
+from mirrorfit._src.layers.wrappers import TimeDistributed as TimeDistributed
 
 __all__ = [
     "GRU",
@@ -58,6 +61,7 @@ __all__ = [
     "AveragePooling1D",
     "AveragePooling2D",
     "BatchNormalization",
+    "Bidirectional",
     "Concatenate",
     "Conv1D",
     "Conv2D",
@@ -78,6 +82,7 @@ __all__ = [
     "KerasTensor",
     "Layer",
     "LayerNormalization",
+    "Masking",
     "MaxPooling1D",
     "MaxPooling2D",
     "MultiHeadAttention",
@@ -87,6 +92,7 @@ __all__ = [
     "Reshape",
     "SeparableConv2D",
     "SimpleRNN",
+    "TimeDistributed",
     "UpSampling2D",
     "ZeroPadding2D",
 ]

@@ -1,8 +1,12 @@
-"""Core layers: Dense, Activation, Dropout, Embedding, Rescaling (as ``keras.layers``)."""
+"""Core layers: Dense, Activation, Dropout, Embedding, Rescaling (as ``keras.layers``).
+
+Dense, Activation, Dropout and Rescaling pass a Keras mask on (``supports_masking``);
+``Embedding(mask_zero=True)`` makes one.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -18,6 +22,8 @@ class Dense(FlaxLayer):
     Input shape ``[..., input_dim]``; output ``[..., units]``. Weights: ``kernel``
     ``[input_dim, units]`` (glorot_uniform), ``bias`` ``[units]`` (zeros).
     """
+
+    supports_masking: ClassVar[bool] = True
 
     units: int
     activation: Any = None
@@ -48,6 +54,8 @@ class Dense(FlaxLayer):
 class Activation(FlaxLayer):
     """``activation(inputs)``, as ``keras.layers.Activation``; any shape in and out."""
 
+    supports_masking: ClassVar[bool] = True
+
     activation: Any
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -63,6 +71,8 @@ class Dropout(FlaxLayer):
     is accepted so Keras code ports unchanged but does not pick the stream. ``noise_shape``
     entries of ``None`` take the input's.
     """
+
+    supports_masking: ClassVar[bool] = True
 
     rate: float
     noise_shape: Any = None
@@ -88,6 +98,8 @@ class Embedding(FlaxLayer):
 
     Input: integer indices ``[batch, ...]``; output ``[batch, ..., output_dim]``. Weight:
     ``embeddings`` ``[input_dim, output_dim]`` (Keras' ``"uniform"``: U(-0.05, 0.05)).
+    With ``mask_zero=True`` index 0 is padding: the layer's output mask is ``inputs != 0``,
+    which the next layers (`LSTM`, `GlobalAveragePooling1D`, ...) honour, as Keras.
     """
 
     input_dim: int
@@ -95,6 +107,13 @@ class Embedding(FlaxLayer):
     embeddings_initializer: Any = "uniform"
     embeddings_regularizer: Any = None
     activity_regularizer: Any = None
+    mask_zero: bool = False
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> jax.Array | None:
+        """With ``mask_zero``, ``inputs != 0`` (bool, the inputs' shape), as Keras."""
+        del mask
+        return jnp.not_equal(inputs, 0) if self.mask_zero else None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -106,6 +125,8 @@ class Embedding(FlaxLayer):
 @register
 class Rescaling(FlaxLayer):
     """``inputs * scale + offset``, as ``keras.layers.Rescaling``; any shape in and out."""
+
+    supports_masking: ClassVar[bool] = True
 
     scale: float
     offset: float = 0.0

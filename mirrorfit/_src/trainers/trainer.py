@@ -54,7 +54,7 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.optimizers.options import finalize_variable_values
-from mirrorfit._src.trainers import fingerprint, numerics, step_cost
+from mirrorfit._src.trainers import fingerprint, numerics, shape_cache, step_cost
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -108,8 +108,7 @@ class Trainer(TrainingLoop):
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
         self._predict_step = predict_step
-        # Compiled on the first batch, once per step and argument structure (a batch with
-        # or without sample weights).
+        # A PerShapeStep per step and argument structure (with or without sample weights).
         self._compiled: dict[Any, Callable] = {}
 
     def configure(self, config: StepConfig, steps_per_execution: int = 1) -> None:
@@ -214,10 +213,11 @@ class Trainer(TrainingLoop):
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:
         key = (step, jax.tree.structure(example_args))
-        if key not in self._compiled:
-            self._compiled[key] = compile_per_replica(
+        if key not in self._compiled:  # compiles once per input shape (shape_cache)
+            kind = {id(self._train_step): "train", id(self._eval_step): "eval"}.get(id(step))
+            self._compiled[key] = shape_cache.PerShapeStep(compile_per_replica(
                 self.strategy, step, specs_like(self.strategy, example_args), out_specs,
-                donate_argnums=donate_argnums)
+                donate_argnums=donate_argnums), kind or "predict", lambda: self._warned)
         return self._compiled[key]
 
     def _decode_eval(self, statistics) -> dict[str, float]:
