@@ -3,7 +3,8 @@
 
 A wrapper keeps the wrapped layers' weights under Keras' names:
 ``bidirectional/forward_lstm/...`` and ``bidirectional/backward_lstm/...`` (the wrapped
-layer's ``name``, else its Keras default name, prefixed), and ``time_distributed/dense/...``.
+layer's ``name``, else its Keras default name, prefixed; a ``backward_layer`` given keeps
+its own), and ``time_distributed/dense/...``.
 Their configs hold the wrapped layers' configs, as Keras' (``{"class_name", "config", ...}``).
 """
 
@@ -92,8 +93,9 @@ class Bidirectional(FlaxLayer):
                              f"weights of length {len(self.weights)}")
         # Names read before Flax adopts the field layers (its copies are named after the
         # fields).
-        names = (f"forward_{_base_name(self.layer)}",
-                 f"backward_{_base_name(self.backward_layer or self.layer)}")
+        names = ("forward_" + _base_name(self.layer).removeprefix("forward_"),
+                 "backward_" + _base_name(self.layer).removeprefix("backward_")
+                 if self.backward_layer is None else _base_name(self.backward_layer))
         object.__setattr__(self, "_direction_names", names)
         super().__post_init__()
         forward, backward = self._directions()
