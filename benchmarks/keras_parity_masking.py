@@ -22,10 +22,10 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import mirrorfit as mf  # noqa: E402
+import mirrorfit as mf
 
 RNG = np.random.default_rng(0)
 VOCAB, LENGTH = 20, 7
@@ -144,10 +144,10 @@ def main() -> None:
     lines = [
         "# Keras 3 parity: masking, variable-length inputs, Bidirectional, TimeDistributed",
         "",
-        f"`benchmarks/keras_parity_masking.py`: Keras {keras.__version__} (jax backend) vs "
+        (f"`benchmarks/keras_parity_masking.py`: Keras {keras.__version__} (jax backend) vs "
         f"mirrorfit at equal weights, CPU, Python {platform.python_version()}. Inputs: 4 "
         f"token sequences of lengths {LENGTH}, 4, 2, 1 (0-padded) or 3 float sequences with "
-        "zero (masked) tails; every output position is compared, padded ones included.",
+        "zero (masked) tails; every output position is compared, padded ones included."),
         "",
         "| case | params (Keras / mirrorfit) | weight shapes and order | max abs diff | equal |",
         "|---|---|---|---|---|"]
