@@ -42,13 +42,14 @@ def synthetic_reviews(n, seed):
 
 def test_bidirectional_lstm_imdb_ports_by_renaming_and_matches_one_replica(allclose):
     (x_train, y_train), (x_val, y_val) = synthetic_reviews(64, 0), synthetic_reviews(32, 1)
-    histories, models = [], []
+    histories, models, initial = [], [], None
     for replicas in (8, 1):
         with mirrored_strategy(replicas).scope():
             model = build_model()
-        if models:  # the one-replica run starts from the 8-replica run's initial weights
+        if initial is None:
+            initial = model.get_weights()
+        else:  # the one-replica run starts from the 8-replica run's initial weights
             model.set_weights(initial)
-        initial = model.get_weights()
         model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
         histories.append(model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0,
                                    validation_data=(x_val, y_val)).history)
