@@ -150,3 +150,36 @@ def test_compute_mask_matches_keras():
     for layer in (layers.Flatten(), layers.GlobalMaxPooling1D(), layers.Conv1D(2, 2),
                   layers.GlobalAveragePooling1D()):
         assert mask_flow.output_masks(layer, None, np.zeros(2), mask) == [None]
+
+
+class _ScaleSteps(layers.Layer):
+    """A Keras-style layer that consumes the mask and passes it on (overrides
+    compute_mask, so supports_masking, as Keras)."""
+
+    def call(self, inputs, mask=None):
+        if mask is None:  # the symbolic call that infers shapes has no mask
+            return inputs
+        return inputs * mask[..., None].astype(inputs.dtype)
+
+    def compute_mask(self, inputs, previous_mask):
+        return previous_mask
+
+
+def test_keras_style_layers_take_the_mask_and_pass_it_on_when_they_support_masking():
+    class Plain(layers.Layer):
+        def call(self, inputs):
+            return inputs
+
+    assert _ScaleSteps().supports_masking and not Plain().supports_masking
+    inputs = layers.Input((5,), dtype="int32")
+    x = layers.Embedding(10, 4, mask_zero=True)(inputs)
+    scaled = _ScaleSteps()(x)
+    pooled = layers.GlobalAveragePooling1D()(scaled)
+    dropped = layers.GlobalAveragePooling1D()(Plain()(x))  # the mask stops at Plain
+    model = _model(inputs, [scaled, pooled, dropped])
+    scaled, pooled, dropped = _predict(model, TOKENS)
+    mask = (TOKENS != 0)[..., None]
+    np.testing.assert_array_equal(scaled[~mask[..., 0]], 0)
+    np.testing.assert_allclose(pooled, scaled.sum(1) / mask.sum(1), rtol=1e-5, atol=1e-7)
+    table = np.asarray(model.params["embedding"]["embeddings"])
+    np.testing.assert_allclose(dropped, table[TOKENS].mean(1), rtol=1e-5, atol=1e-7)

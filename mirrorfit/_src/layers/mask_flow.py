@@ -10,7 +10,9 @@ does what Keras 3's ``Layer.__call__`` does:
   mask of ``<arg>``, as Keras' attention reads ``get_keras_mask(query)``;
 * `output_masks`: the outputs' masks are ``layer.compute_mask(first_input, its_mask)``
   (Keras' ``_set_mask_metadata``): a layer with ``supports_masking`` passes the mask on,
-  `Embedding` (``mask_zero``) and `Masking` make one, other layers drop it.
+  `Embedding` (``mask_zero``) and `Masking` make one, other layers drop it; a Keras-style
+  `Layer` supports masking when it overrides ``compute_mask`` or sets
+  ``self.supports_masking = True``.
 """
 
 from __future__ import annotations
@@ -91,7 +93,11 @@ def output_masks(layer: Any, inputs: Any, outputs: Any, mask: Any) -> list[Any]:
     """
     count = len(jax.tree.leaves(outputs))
     compute = getattr(layer, "compute_mask", None)
-    if compute is None:
+    # A Flax layer's compute_mask says itself whether it passes masks on; a Keras-style
+    # layer's only runs when it supports masking (Keras' `_set_mask_metadata`).
+    keras_style_without = (not isinstance(layer, nn.Module)
+                           and not getattr(layer, "supports_masking", False))
+    if compute is None or keras_style_without:
         return [None] * count
     computed = compute(inputs, mask)
     flat = jax.tree.leaves(computed, is_leaf=lambda x: x is None)
