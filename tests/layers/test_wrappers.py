@@ -82,6 +82,9 @@ def test_wrappers_have_keras_weight_names_order_counts_and_configs():
     assert sorted(model.params["bidirectional_1"]) == ["backward_gru", "forward_gru"]
     assert sorted(model.params["time_distributed"]) == ["dense"]
     assert model.predict(np.ones((2, 7), np.int32), verbose=0).shape == (2, 4)
+    lines = []
+    model.summary(print_fn=lines.append)  # the variable length shows as None, as in Keras
+    assert "(None, None, 2)" in "\n".join(lines) and "(None, 4)" in "\n".join(lines)
     for layer in model.layers[1:3]:
         config = layer.get_config()
         rebuilt = type(layer).from_config(config)
