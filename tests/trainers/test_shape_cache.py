@@ -18,12 +18,19 @@ def _batches(lengths, rows=4):
         yield x, (x[:, 0] > 4).astype(np.float32)
 
 
-def _model():
+def _model(functional=True):
+    """Token ids -> a probability: a functional model on ``Input(shape=(None,))``, or the
+    same layers as a Sequential without an Input (built from its first batch)."""
     with mirrored_strategy(2).scope():
-        inputs = layers.Input(shape=(None,), dtype="int32")
-        x = layers.Embedding(9, 4, mask_zero=True)(inputs)
-        x = layers.GlobalAveragePooling1D()(x)
-        model = mf.Model(inputs, layers.Dense(1, activation="sigmoid")(x))
+        tail = [layers.Embedding(9, 4, mask_zero=True), layers.GlobalAveragePooling1D(),
+                layers.Dense(1, activation="sigmoid")]
+        if functional:
+            inputs = x = layers.Input(shape=(None,), dtype="int32")
+            for layer in tail:
+                x = layer(x)
+            model = mf.Model(inputs, x)
+        else:
+            model = mf.Sequential(tail)
     model.compile("sgd", "binary_crossentropy")
     return model
 
@@ -45,7 +52,7 @@ def test_fit_on_two_lengths_compiles_the_train_step_once_per_length():
 
 def test_fit_warns_once_past_a_few_shapes_naming_pad_sequences(monkeypatch):
     monkeypatch.setattr(shape_cache, "MANY_SHAPES", 1)  # warn from the second shape on
-    model = _model()
+    model = _model(functional=False)  # unbuilt: it takes other lengths than its first's
     with pytest.warns(mf.MirrorfitWarning, match=r"train step has compiled for 2 distinct "
                                                  r"input shapes.*pad_sequences") as record:
         model.fit(_batches([3, 4, 3, 5]), steps_per_epoch=4, verbose=0)
