@@ -72,6 +72,8 @@ class PerShapeStep:
         """How many programs ``fn`` has compiled (``jax.jit`` 's cache entries)."""
         return self.fn._cache_size()  # type: ignore[attr-defined]
 
-    def lower(self, *args: Any) -> Any:
-        """``fn.lower``: the step for arguments of these shapes, not yet compiled."""
-        return self.fn.lower(*args)  # type: ignore[attr-defined]
+    def __getattr__(self, name: str) -> Any:
+        # The rest of ``jax.jit`` 's surface (``lower``, ``_cache_size``, ...) is ``fn`` 's.
+        if name == "fn":  # not set yet (an object being copied): no recursion
+            raise AttributeError(name)
+        return getattr(self.fn, name)
