@@ -157,9 +157,7 @@ class _ScaleSteps(layers.Layer):
     compute_mask, so supports_masking, as Keras)."""
 
     def call(self, inputs, mask=None):
-        if mask is None:  # the symbolic call that infers shapes has no mask
-            return inputs
-        return inputs * mask[..., None].astype(inputs.dtype)
+        return inputs * mask[..., None].astype(inputs.dtype)  # a mask also when built
 
     def compute_mask(self, inputs, previous_mask):
         return previous_mask
@@ -174,6 +172,7 @@ def test_keras_style_layers_take_the_mask_and_pass_it_on_when_they_support_maski
     inputs = layers.Input((5,), dtype="int32")
     x = layers.Embedding(10, 4, mask_zero=True)(inputs)
     scaled = _ScaleSteps()(x)
+    assert scaled.mask.shape == (None, 5) and scaled.mask.dtype == bool
     pooled = layers.GlobalAveragePooling1D()(scaled)
     dropped = layers.GlobalAveragePooling1D()(Plain()(x))  # the mask stops at Plain
     model = _model(inputs, [scaled, pooled, dropped])

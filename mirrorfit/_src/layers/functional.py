@@ -39,15 +39,17 @@ class KerasTensor:
         name: the `Input`'s name, or ``"<layer>/<output index>"`` once built.
         node: the `Node` that produced it; ``None`` for an `Input`.
         index: its position among ``node``'s flattened outputs.
+        mask: its Keras mask, a symbolic bool ``[batch, timesteps]``, or ``None``.
     """
 
     def __init__(self, shape: tuple[int | None, ...], dtype: Any, *, name: str | None = None,
-                 node: Node | None = None, index: int = 0):
+                 node: Node | None = None, index: int = 0, mask: KerasTensor | None = None):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.name = name
         self.node = node
         self.index = index
+        self.mask = mask
 
     @property
     def ndim(self) -> int:
@@ -150,28 +152,49 @@ class _Shape:
 
 
 def symbolic_call(layer: Any, args: tuple, kwargs: dict) -> Any:
-    """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs."""
+    """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs.
+
+    Keras masks flow symbolically too: the call gets the symbolic masks of its inputs (as a
+    model run gives it theirs, `mask_flow`), and each output's ``mask`` is the symbolic
+    mask the layer computes for it (``None`` when it has none).
+    """
     leaves, treedef = jax.tree.flatten((args, kwargs))
     slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, KerasTensor)]
     unbound = layer.clone(parent=None, name=None) if isinstance(layer, nn.Module) else None
+
+    def mask_of(t: Any) -> Any:
+        return t.mask if isinstance(t, KerasTensor) else None
+
+    extra_leaves, extra_def = jax.tree.flatten(mask_flow.mask_kwargs(
+        layer, args, kwargs, mask_of, lambda x: isinstance(x, KerasTensor)))
+    first = mask_flow.first_argument(args, kwargs)
+    first_masks, first_def = jax.tree.flatten(jax.tree.map(mask_of, first))
+    symbolic = [leaves[i] for i in slots] + extra_leaves + first_masks
 
     def init_outputs(*arrays):
         filled = list(leaves)
         for i, a in zip(slots, arrays):
             filled[i] = a
         a, kw = jax.tree.unflatten(treedef, filled)
+        rest = arrays[len(slots):]
+        kw = {**kw, **jax.tree.unflatten(extra_def, rest[:len(extra_leaves)])}
         if unbound is None:  # a Keras-style layer: builds its weights, changes nothing else
             with StatelessScope():
-                return layer(*a, **kw)
-        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
-        return unbound.init_with_output(rngs, *a, **kw)[0]
+                out = layer(*a, **kw)
+        else:
+            rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+            out = unbound.init_with_output(rngs, *a, **kw)[0]
+        mask = jax.tree.unflatten(first_def, rest[len(extra_leaves):])
+        return out, mask_flow.output_masks(layer, mask_flow.first_argument(a, kw), out, mask)
 
-    shapes = eval_shapes(init_outputs, [leaves[i].shape for i in slots],
-                         [leaves[i].dtype for i in slots])
+    shapes, masks = eval_shapes(init_outputs, [t.shape for t in symbolic],
+                                [t.dtype for t in symbolic])
     node = Node(layer, (args, kwargs), None)
     flat, out_def = jax.tree.flatten(shapes, is_leaf=lambda x: isinstance(x, _Shape))
     node.outputs = jax.tree.unflatten(out_def, [
-        KerasTensor(s.shape, s.dtype, node=node, index=i) for i, s in enumerate(flat)])
+        KerasTensor(s.shape, s.dtype, node=node, index=i,
+                    mask=None if m is None else KerasTensor(m.shape, m.dtype))
+        for i, (s, m) in enumerate(zip(flat, masks))])
     return node.outputs
 
 
