@@ -1,11 +1,12 @@
-"""Recurrent layers with Keras' weight layout, on ``flax.linen.RNN``: LSTM, GRU, SimpleRNN.
+"""Recurrent layers with Keras' weight layout, on ``flax.linen.scan``: LSTM, GRU, SimpleRNN.
 
 Each layer keeps its cell's weights under ``"cell"`` (Keras' ``lstm_cell`` etc.) with Keras'
 names and shapes: ``kernel [input_dim, gates * units]``, ``recurrent_kernel [units, gates *
 units]`` (orthogonal) and ``bias``. Gates are ordered as Keras: LSTM ``i, f, c, o``; GRU
 ``z, r, h``. Input ``[batch, timesteps, features]``; output ``[batch, units]``, or ``[batch,
 timesteps, units]`` with ``return_sequences``; ``return_state`` appends the final states
-(LSTM ``h, c``; GRU and SimpleRNN ``h``), as a list like Keras.
+(LSTM ``h, c``; GRU and SimpleRNN ``h``), as a list like Keras. A Keras mask (``mask``
+bool ``[batch, timesteps]``) skips steps as Keras' JAX ``rnn`` does.
 """
 
 from __future__ import annotations
