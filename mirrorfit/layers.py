@@ -36,6 +36,7 @@ from mirrorfit._src.layers.functional import Input as Input
 from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
 from mirrorfit._src.layers.input_layer import InputLayer as InputLayer
 from mirrorfit._src.layers.layer import Layer as Layer
+from mirrorfit._src.layers.masking import Masking as Masking
 from mirrorfit._src.layers.merging import Add as Add
 from mirrorfit._src.layers.merging import Average as Average
 from mirrorfit._src.layers.merging import Concatenate as Concatenate
@@ -105,6 +106,8 @@ from mirrorfit._src.layers.reshaping import UpSampling3D as UpSampling3D
 from mirrorfit._src.layers.reshaping import ZeroPadding1D as ZeroPadding1D
 from mirrorfit._src.layers.reshaping import ZeroPadding2D as ZeroPadding2D
 from mirrorfit._src.layers.reshaping import ZeroPadding3D as ZeroPadding3D
+from mirrorfit._src.layers.wrappers import Bidirectional as Bidirectional
+from mirrorfit._src.layers.wrappers import TimeDistributed as TimeDistributed
 
 __all__ = [
     "ELU",
@@ -122,6 +125,7 @@ __all__ = [
     "AveragePooling2D",
     "AveragePooling3D",
     "BatchNormalization",
+    "Bidirectional",
     "CenterCrop",
     "Concatenate",
     "Conv1D",
@@ -159,6 +163,7 @@ __all__ = [
     "Layer",
     "LayerNormalization",
     "LeakyReLU",
+    "Masking",
     "MaxPooling1D",
     "MaxPooling2D",
     "MaxPooling3D",
@@ -190,6 +195,7 @@ __all__ = [
     "StringLookup",
     "Subtract",
     "TextVectorization",
+    "TimeDistributed",
     "UnitNormalization",
     "UpSampling1D",
     "UpSampling2D",

@@ -9,6 +9,8 @@ A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
 * ``dtype``: the compute dtype (``"float32"``, ``"bfloat16"``, ``"mixed_bfloat16"``, ...);
   params are always created in float32 and cast for the computation;
 * ``__call__(..., training=False)``, Keras' training flag;
+* Keras' masks: ``supports_masking`` and ``compute_mask(inputs, mask)``; a layer that
+  consumes a mask takes ``mask=`` in ``__call__`` (`mirrorfit._src.layers.mask_flow`);
 * calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
   found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
@@ -28,7 +30,7 @@ import dataclasses
 import functools
 import itertools
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -107,6 +109,8 @@ class FlaxLayer(nn.Module):
     dtype: Any = layer_field(default=None, kw_only=True)
     # tf.keras' legacy way to give a Sequential model its input shape (no batch axis).
     input_shape: Any = layer_field(default=None, kw_only=True)
+    # Keras' ``supports_masking``: the layer passes a mask on (or computes its own).
+    supports_masking: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -166,6 +170,18 @@ class FlaxLayer(nn.Module):
     def declared_input_shape(self) -> tuple[int, ...] | None:
         """The ``input_shape`` given to the constructor (no batch axis), if any."""
         return None if self.input_shape is None else tuple(self.input_shape)
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> Any:
+        """The output mask, as Keras' ``Layer.compute_mask``: ``mask`` (bool ``[batch,
+        timesteps]``, or ``None``) passed on by a layer that supports masking, else ``None``.
+
+        Args:
+            inputs: the layer's first input (arrays).
+            mask: the mask of ``inputs`` (same structure), or ``None``.
+        """
+        del inputs
+        return mask if self.supports_masking else None
 
     # -- dtype ------------------------------------------------------------------------
     @property

@@ -1,10 +1,14 @@
 """Core layers: Dense, Activation, Dropout, Embedding, Rescaling, Identity, Lambda and
-ActivityRegularization (as ``keras.layers``)."""
+ActivityRegularization (as ``keras.layers``).
+
+Dense, Activation, Dropout and Rescaling pass a Keras mask on (``supports_masking``);
+``Embedding(mask_zero=True)`` makes one.
+"""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -24,6 +28,8 @@ class Dense(FlaxLayer):
     ``kernel_constraint`` / ``bias_constraint`` (`mirrorfit.constraints`) project them after
     every optimizer update, as Keras.
     """
+
+    supports_masking: ClassVar[bool] = True
 
     units: int
     activation: Any = None
@@ -56,6 +62,8 @@ class Dense(FlaxLayer):
 class Activation(FlaxLayer):
     """``activation(inputs)``, as ``keras.layers.Activation``; any shape in and out."""
 
+    supports_masking: ClassVar[bool] = True
+
     activation: Any
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -71,6 +79,8 @@ class Dropout(FlaxLayer):
     is accepted so Keras code ports unchanged but does not pick the stream. ``noise_shape``
     entries of ``None`` take the input's.
     """
+
+    supports_masking: ClassVar[bool] = True
 
     rate: float
     noise_shape: Any = None
@@ -104,6 +114,8 @@ class Embedding(FlaxLayer):
     Input: integer indices ``[batch, ...]``; output ``[batch, ..., output_dim]``. Weight:
     ``embeddings`` ``[input_dim, output_dim]`` (Keras' ``"uniform"``: U(-0.05, 0.05)),
     projected by ``embeddings_constraint`` after every optimizer update.
+    With ``mask_zero=True`` index 0 is padding: the layer's output mask is ``inputs != 0``,
+    which the next layers (`LSTM`, `GlobalAveragePooling1D`, ...) honour, as Keras.
     """
 
     input_dim: int
@@ -112,6 +124,13 @@ class Embedding(FlaxLayer):
     embeddings_regularizer: Any = None
     embeddings_constraint: Any = None
     activity_regularizer: Any = None
+    mask_zero: bool = False
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> jax.Array | None:
+        """With ``mask_zero``, ``inputs != 0`` (bool, the inputs' shape), as Keras."""
+        del mask
+        return jnp.not_equal(inputs, 0) if self.mask_zero else None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -123,6 +142,8 @@ class Embedding(FlaxLayer):
 @register
 class Rescaling(FlaxLayer):
     """``inputs * scale + offset``, as ``keras.layers.Rescaling``; any shape in and out."""
+
+    supports_masking: ClassVar[bool] = True
 
     scale: float
     offset: float = 0.0

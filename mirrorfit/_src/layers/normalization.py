@@ -8,7 +8,7 @@ over the replicas (mesh axis ``"batch"``) first.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -105,6 +105,8 @@ class LayerNormalization(FlaxLayer):
     """Normalizes each example over ``axis`` (default the last), as
     ``keras.layers.LayerNormalization``: ``gamma * (x - mean) / sqrt(var + epsilon) + beta``;
     any shape in and out, ``gamma``/``beta`` of the ``axis`` dimensions."""
+
+    supports_masking: ClassVar[bool] = True  # passes a Keras mask on
 
     axis: Any = -1
     epsilon: float = 1e-3

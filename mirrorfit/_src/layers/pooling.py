@@ -105,20 +105,42 @@ class _GlobalPooling(FlaxLayer):
     keepdims: bool = False
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
-        if self.data_format not in (None, "channels_last"):
-            raise ValueError("Only data_format='channels_last' is supported. "
-                             f"Received: data_format={self.data_format!r}")
+        self._check_format()
         axes = tuple(range(1, 1 + self.rank))
         reduce = jnp.max if self.is_max else jnp.mean
         return reduce(self.cast(inputs), axis=axes, keepdims=self.keepdims)
 
+    def _check_format(self) -> None:
+        if self.data_format not in (None, "channels_last"):
+            raise ValueError("Only data_format='channels_last' is supported. "
+                             f"Received: data_format={self.data_format!r}")
+
 
 @register
 class GlobalAveragePooling1D(_GlobalPooling):
-    """Mean over steps: ``[batch, steps, channels] -> [batch, channels]``."""
+    """Mean over steps: ``[batch, steps, channels] -> [batch, channels]``.
+
+    With a Keras mask (``mask`` bool ``[batch, steps]``, e.g. from ``Embedding(mask_zero=
+    True)``), the mean of the unmasked steps, as Keras; the output has no mask.
+    """
 
     rank: ClassVar[int] = 1
     is_max: ClassVar[bool] = False
+    supports_masking: ClassVar[bool] = True
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> None:
+        return None
+
+    def __call__(self, inputs: jax.Array, training: bool = False,
+                 mask: jax.Array | None = None) -> jax.Array:
+        if mask is None:
+            return super().__call__(inputs, training)
+        self._check_format()
+        x = self.cast(inputs)
+        weight = jnp.asarray(mask, x.dtype)[:, :, None]
+        return (jnp.sum(x * weight, axis=1, keepdims=self.keepdims)
+                / jnp.sum(weight, axis=1, keepdims=self.keepdims))
 
 
 @register

@@ -4,10 +4,10 @@ Keras lists a model's weights layer by layer (``model.layers`` order: Sequential
 the functional graph's depth order), and within a layer as it creates them: kernel before
 bias, ``gamma, beta, moving_mean, moving_variance`` for BatchNormalization, ``kernel,
 recurrent_kernel, bias`` for recurrent cells, ``mean, variance, count`` for Normalization,
-and the ``query, key, value, attention_output`` sublayers of MultiHeadAttention. A
-Keras-style `Layer` lists its weights in its own ``layer.weights`` order. Flax dicts come
-back key-sorted from JAX transformations, so the order is rebuilt from names, never from
-dict order.
+the ``query, key, value, attention_output`` sublayers of MultiHeadAttention, and
+Bidirectional's ``forward_*`` layer before its ``backward_*`` one. A Keras-style `Layer`
+lists its weights in its own ``layer.weights`` order. Flax dicts come back key-sorted from JAX
+transformations, so the order is rebuilt from names, never from dict order.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ WeightPath = tuple[str, tuple[str, ...]]  # (collection, path inside the collect
 
 
 def _ordered(tree: Any, prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    for key in sorted(tree, key=lambda k: (_RANK.get(k, len(_RANK)), k)):
+    # Bidirectional's forward layer comes before its backward layer, as Keras creates them.
+    for key in sorted(tree, key=lambda k: (_RANK.get(k, len(_RANK)), k.startswith("backward_"),
+                                           k)):
         if isinstance(tree[key], dict):
             yield from _ordered(tree[key], (*prefix, key))
         else:

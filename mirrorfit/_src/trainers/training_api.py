@@ -49,6 +49,7 @@ class TrainingAPI:
     _object_nodes: Callable[[], list[Any]]  # the Keras-style layers of a functional graph
     module: Any  # the Flax module, whose frozen layers compile reads
     _input_spec: Any  # per-example input shapes once built, to check validation data
+    _variable_axes: Any  # which of their axes may vary (input_spec.variable_axes)
     seed: int  # base seed of the shuffle order
     dtype_policy: Policy  # "mixed_float16" scales the loss
     _check_input: Callable[..., None]  # builds the model from inputs, or checks them
@@ -143,7 +144,8 @@ class TrainingAPI:
             self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
         # a source of batches checks its first padded batch with it (DataAdapter.check_input)
-        data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
+        data.check_input = functools.partial(input_spec.check_matches, self._input_spec,
+                                             variable=self._variable_axes)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
@@ -220,7 +222,7 @@ class TrainingAPI:
         resident.choose(device_resident, [train, validation], self._strategy)
         if validation is not None:
             input_spec.check_matches(self._input_spec, validation.first_inputs(),
-                                     "validation_data")
+                                     "validation_data", self._variable_axes)
             self._check_targets(validation, "validation_data")
             _check_validation_repeats(validation, epochs=epochs,
                                       initial_epoch=int(initial_epoch),
