@@ -15,6 +15,8 @@ from typing import Any
 
 import jax
 
+from mirrorfit._src.distribute.batch import Batch
+from mirrorfit._src.trainers.resident import ResidentBatch
 from mirrorfit._src.utils.checks import MirrorfitWarning
 
 MANY_SHAPES = 4  # distinct input shapes of one step past which a fit warns
@@ -26,8 +28,10 @@ MANY_SHAPES_WARNING = (
     "for each bucket L) so that few shapes reach the model.")
 
 
-def _input_shapes(batch: Any) -> tuple[Any, ...]:
-    return tuple(getattr(leaf, "shape", None) for leaf in jax.tree.leaves(batch.x))
+def _input_shapes(batch: Batch | ResidentBatch) -> tuple[Any, ...]:
+    # A resident data set's rows all have the stored arrays' (one) shape.
+    x = batch.arrays.x if isinstance(batch, ResidentBatch) else batch.x
+    return tuple(getattr(leaf, "shape", None) for leaf in jax.tree.leaves(x))
 
 
 class PerShapeStep:
