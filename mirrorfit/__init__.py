@@ -8,6 +8,7 @@ per-replica steps -> `MirroredStrategy` (devices, mesh, placement, collectives).
 from mirrorfit import activations as activations
 from mirrorfit import callbacks as callbacks
 from mirrorfit import constraints as constraints
+from mirrorfit import export as export
 from mirrorfit import initializers as initializers
 from mirrorfit import layers as layers
 from mirrorfit import losses as losses
@@ -75,6 +76,7 @@ __all__ = [
     "callbacks",
     "compute_average_loss",
     "constraints",
+    "export",
     "function",
     "get_replica_context",
     "get_strategy",

@@ -3,7 +3,6 @@
 from mirrorfit._src.callbacks.callback import Callback as Callback
 from mirrorfit._src.callbacks.callback import History as History
 from mirrorfit._src.callbacks.checkpoint import BackupAndRestore as BackupAndRestore
-from mirrorfit._src.callbacks.checkpoint import ModelCheckpoint as ModelCheckpoint
 from mirrorfit._src.callbacks.checkpoint import Preempted as Preempted
 from mirrorfit._src.callbacks.learning_rate import LearningRateScheduler as LearningRateScheduler
 from mirrorfit._src.callbacks.learning_rate import ReduceLROnPlateau as ReduceLROnPlateau
@@ -11,6 +10,7 @@ from mirrorfit._src.callbacks.loggers import CSVLogger as CSVLogger
 from mirrorfit._src.callbacks.loggers import LambdaCallback as LambdaCallback
 from mirrorfit._src.callbacks.loggers import TensorBoard as TensorBoard
 from mirrorfit._src.callbacks.mlflow_logger import MLflowLogger as MLflowLogger
+from mirrorfit._src.callbacks.model_checkpoint import ModelCheckpoint as ModelCheckpoint
 from mirrorfit._src.callbacks.optuna_pruning import (
     OptunaPruningCallback as OptunaPruningCallback,
 )

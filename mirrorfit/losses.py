@@ -33,6 +33,7 @@ from mirrorfit._src.losses.crossentropy_losses import (
 from mirrorfit._src.losses.loss import Loss as Loss
 from mirrorfit._src.losses.loss import LossFunctionWrapper as LossFunctionWrapper
 from mirrorfit._src.losses.loss import PerExampleLoss as PerExampleLoss
+from mirrorfit._src.losses.loss import Reduction as Reduction
 from mirrorfit._src.losses.losses import deserialize as deserialize
 from mirrorfit._src.losses.losses import get as get
 from mirrorfit._src.losses.losses import serialize as serialize
@@ -90,6 +91,7 @@ __all__ = [
     "MeanSquaredLogarithmicError",
     "PerExampleLoss",
     "Poisson",
+    "Reduction",
     "SparseCategoricalCrossentropy",
     "SquaredHinge",
     "binary_crossentropy",

@@ -18,7 +18,7 @@ LEVELS = {
     "utils": 1, "variables": 1,
     "distribute": 2, "layers": 2, "losses": 2, "ops": 2, "optimizers": 2,
     "metrics": 3, "modules": 3, "random": 3,
-    "saving": 4,
+    "export": 4, "saving": 4,
     "callbacks": 5,
     "trainers": 6,
     "models": 7,

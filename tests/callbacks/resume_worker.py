@@ -34,24 +34,24 @@ import orbax.checkpoint as ocp  # noqa: E402
 import mirrorfit as mf  # noqa: E402
 
 EPOCHS, BATCH, SAVE_FREQ = 3, 16, 4
+STEPS_PER_EPOCH = 13  # 200 rows in batches of 16, the last one partial
 
 
 class Killer(mf.callbacks.Callback):
-    """Kills the process at a global step, or arms a kill inside the next backup write."""
+    """Kills the process at a global step (a kill inside the write of the backup of step
+    ``kill_in_save_at`` is `main`'s patched JSON writer)."""
 
     def __init__(self, kill_at: int | None, kill_in_save_at: int | None,
                  term_at: int | None = None):
         super().__init__()
         self.kill_at, self.kill_in_save_at = kill_at, kill_in_save_at
         self.term_at = term_at
-        self.armed = False
         self.first_step: int | None = None  # global step this process started from
 
     def on_train_batch_begin(self, batch, logs=None):
         done = int(jax.device_get(self.model.state.step))
         if self.first_step is None:
             self.first_step = done
-        self.armed = done + 1 == self.kill_in_save_at  # the step about to run
         if done + 1 == self.term_at:
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -69,7 +69,11 @@ def main(out_dir: str, backup: bool) -> None:
     write_json = ocp.JsonCheckpointHandler._save_fn
 
     async def half_write_then_die(self, item, directory):
-        if killer.armed:
+        # The backup's own step, not the step running now: backups are written in the
+        # background, so the previous backup's write may still run during step k.
+        info = item.get("info", {}) if isinstance(item, dict) else {}
+        written_at = info.get("epoch", 0) * STEPS_PER_EPOCH + info.get("step", 0)
+        if info.get("kind") == "backup" and written_at == killer.kill_in_save_at:
             text = str(item)
             (directory / "metadata").write_text(text[: len(text) // 2])
             os.kill(os.getpid(), signal.SIGKILL)

@@ -474,3 +474,17 @@ def test_crossentropy_alias_picks_binary_sparse_or_categorical_from_shapes(alias
     np.testing.assert_allclose(loss(labels > 0, binary),
                                np_binary_crossentropy((labels > 0)[:, None], binary), rtol=1e-5)
     np.testing.assert_array_equal(loss.not_probabilities(np.array([[1.5], [0.5]])), [True, False])
+
+
+def test_tf_keras_2_reduction_names_select_the_reduction():
+    y_true, y_pred = np.zeros((4, 2), np.float32), np.arange(8, dtype=np.float32).reshape(4, 2)
+    per_example = np.mean(y_pred**2, axis=-1)
+    R = losses.Reduction
+    for reduction, expected in [(R.NONE, per_example), (R.SUM, per_example.sum()),
+                                (R.SUM_OVER_BATCH_SIZE, per_example.mean()),
+                                (R.AUTO, per_example.mean())]:
+        loss = losses.MeanSquaredError(reduction=reduction)
+        np.testing.assert_allclose(loss(y_true, y_pred), expected, rtol=1e-6)
+    assert set(R.all()) == {"auto", "none", "sum", "sum_over_batch_size"}
+    with pytest.raises(ValueError, match="reduction"):
+        R.validate("mean_of_everything")

@@ -222,7 +222,8 @@ def test_loss_scale_is_logged_for_training_only():
 def test_float16_fit_resumes_bitwise_after_sigkill_with_loss_scale_state(tmp_path):
     # resume_worker.py trains under "mixed_float16" with LossScaleOptimizer(initial_scale=2**18,
     # dynamic_growth_steps=4), which overflows and grows during the run. Killed after step
-    # 22, mid-epoch, the rerun resumes from the backup of step 20.
+    # 22, mid-epoch, the rerun resumes from the backup of step 20 (or of step 16, when the
+    # background write of step 20's was still in flight at the kill).
     env = {"DTYPE_POLICY": "mixed_float16"}
     code, output = finish(start(tmp_path / "reference", env, "--no-backup"))
     assert code == 0, output
@@ -234,7 +235,7 @@ def test_float16_fit_resumes_bitwise_after_sigkill_with_loss_scale_state(tmp_pat
     code, output = finish(start(tmp_path / "killed", env))
     assert code == 0, output
     got = result(tmp_path / "killed")
-    assert int(got.pop("first_step")) == max(s for s in backup_steps() if s < 22)
+    assert int(got.pop("first_step")) in [s for s in backup_steps() if s < 22][-2:]
     assert_same_result(got, expected)
 
 

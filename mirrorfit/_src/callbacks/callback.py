@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mirrorfit._src.distribute.multi_worker import watchdog
 from mirrorfit._src.utils.checks import is_int
 
 _HOOKS = (
@@ -120,8 +121,51 @@ class Callback:
     def on_train_error(self, error: BaseException): ...
 
 
+class _StepProgress(Callback):
+    """Tells the stuck-rank watchdog (`watchdog.Progress`) of loops and completed steps; runs
+    after every other callback, so a step that a callback holds up has not completed."""
+
+    def __init__(self, progress: watchdog.Progress):
+        super().__init__()
+        self.progress = progress
+
+    def on_train_begin(self, logs=None):
+        self.progress.loop_begin("train")
+
+    def on_train_end(self, logs=None):
+        self.progress.loop_end("train")
+
+    def on_train_error(self, error):
+        self.progress.loop_end()
+
+    def on_test_begin(self, logs=None):
+        self.progress.loop_begin("test")
+
+    def on_test_end(self, logs=None):
+        self.progress.loop_end("test")
+
+    def on_predict_begin(self, logs=None):
+        self.progress.loop_begin("predict")
+
+    def on_predict_end(self, logs=None):
+        self.progress.loop_end("predict")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.progress.step_done()
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.progress.step_done()
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self.progress.step_done()
+
+
 class CallbackList:
-    """Dispatches each hook to the callbacks that implement it (others cost nothing)."""
+    """Dispatches each hook to the callbacks that implement it (others cost nothing).
+
+    In a multi-process job, the stuck-rank watchdog's step counter comes last
+    (`mirrorfit._src.distribute.multi_worker.watchdog`).
+    """
 
     # One dispatcher per hook in `_HOOKS`, set in ``__init__``.
     on_train_begin: Callable[..., None]
@@ -151,8 +195,10 @@ class CallbackList:
             cb.set_model(model)
             cb.set_params(params)
         self.callbacks = callbacks
+        progress = watchdog.progress()
+        hooked = callbacks if progress is None else [*callbacks, _StepProgress(progress)]
         for hook in _HOOKS:
-            active = [getattr(cb, hook) for cb in callbacks if _overrides(cb, hook)]
+            active = [getattr(cb, hook) for cb in hooked if _overrides(cb, hook)]
             setattr(self, hook, _dispatch(active))
 
     def __iter__(self):

@@ -1,13 +1,12 @@
-"""Checkpointing callbacks: `ModelCheckpoint` (Keras') and `BackupAndRestore`, which resumes an
-interrupted ``fit`` at the exact step.
+"""`BackupAndRestore`, which resumes an interrupted ``fit`` at the exact step (Keras'
+`ModelCheckpoint` is in `mirrorfit._src.callbacks.model_checkpoint`).
 
-`ModelCheckpoint` saves through ``Model.save_checkpoint`` (as ``save_weights``/``save``).
 `BackupAndRestore` writes with `mirrorfit._src.saving.checkpoint` (orbax, atomic,
 checksummed): a backup is the training state plus the trainer's position (`Progress`: epoch,
 step in the epoch, metric statistics), the epoch's shuffle order, the history and the run's
 fingerprints. Restoring it assigns the model's state (``Model.assign_state``) and calls
 ``resume_from`` on the trainer in ``on_train_begin``, from which ``fit`` continues mid-epoch.
-Both use only the documented interfaces of the model and of the trainer
+It uses only the documented interfaces of the model and of the trainer
 (`mirrorfit._src.callbacks.contract.TrainingLoop`).
 """
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import string
 import warnings
 from pathlib import Path
 from typing import Any
@@ -26,10 +24,8 @@ import numpy as np
 from mirrorfit._src.callbacks import fingerprint_check
 from mirrorfit._src.callbacks.callback import (
     Callback,
-    StepCounter,
     check_save_freq,
     chief_print,
-    monitor_op,
 )
 from mirrorfit._src.callbacks.contract import ResumePoint
 from mirrorfit._src.distribute import zero
@@ -37,119 +33,10 @@ from mirrorfit._src.distribute.multi_worker.preemption import (
     PREEMPTED_EXIT_CODE,
     PreemptionNotice,
 )
+from mirrorfit._src.saving import background, checkpoint_files
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import checkpoint_files, keras_archive
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.utils.checks import MirrorfitWarning
-
-
-class ModelCheckpoint(Callback):
-    """Saves the model (orbax) every epoch or every ``save_freq`` steps, as in Keras.
-
-    Args:
-        filepath: checkpoint directory, templated with ``{epoch}`` (1-based), ``{batch}``
-            (1-based, step-level saves) and any log key, e.g. ``"ckpt/{epoch:02d}-{val_loss:.2f}"``.
-        monitor: the log compared for ``save_best_only``.
-        verbose: 1 prints a line per save.
-        save_best_only: save only when ``monitor`` improves on the best value so far.
-        save_weights_only: `Model.save_weights` instead of `Model.save`.
-        mode: ``"min"``, ``"max"`` or ``"auto"``.
-        save_freq: ``"epoch"``, or an int number of train steps between saves.
-        initial_value_threshold: the best value to beat at the start (``save_best_only``).
-
-    The checkpoint directory is locked (`mirrorfit._src.saving.directory_lock`) while the
-    callback writes it: a fixed ``filepath`` from the start of ``fit`` to its end, a
-    templated one from each save to the next. Another writer there gets an error naming
-    the holder. A ``.keras`` file is not locked: it is replaced whole, atomically.
-    """
-
-    def __init__(self, filepath: str | os.PathLike, monitor: str = "val_loss", verbose: int = 0,
-                 save_best_only: bool = False, save_weights_only: bool = False,
-                 mode: str = "auto", save_freq: str | int = "epoch",
-                 initial_value_threshold: float | None = None):
-        super().__init__()
-        self.filepath = os.fspath(filepath)
-        self.monitor = monitor
-        self.verbose = verbose
-        self.save_best_only = save_best_only
-        self.save_weights_only = save_weights_only
-        self.monitor_op = monitor_op(mode, monitor, "ModelCheckpoint")
-        self.save_freq = check_save_freq(save_freq, "ModelCheckpoint")
-        self.best = initial_value_threshold
-        self._epoch = 0
-        self._steps = StepCounter()
-        self._steps_since_save = 0
-        self._lock: DirectoryLock | None = None
-
-    def on_train_begin(self, logs=None):
-        templated = any(field is not None for _, field, _, _ in
-                        string.Formatter().parse(self.filepath))
-        if not templated:  # fail now, not at the first save, if another writer is there
-            self._lock_for(self.filepath)
-
-    def _lock_for(self, path: str) -> DirectoryLock | None:
-        """Holds the lock of ``path`` (and gives up the previous path's), or ``None``."""
-        if keras_archive.is_archive_path(path):
-            self._release()
-            return None
-        lock = DirectoryLock(path, "ModelCheckpoint filepath")
-        if self._lock is not None and self._lock.held and self._lock.directory == lock.directory:
-            return self._lock
-        self._release()
-        self._lock = lock.acquire()
-        return lock
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-        self._lock = None
-
-    def on_train_end(self, logs=None):
-        self._release()
-
-    def on_train_error(self, error):
-        self._release()
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.save_freq == "epoch":
-            return
-        self._steps_since_save += self._steps.advance(batch)
-        if self._steps_since_save >= self.save_freq:
-            self._steps_since_save = 0
-            self._save(self._epoch, batch, dict(logs or {}))
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.save_freq == "epoch":
-            self._save(epoch, None, dict(logs or {}))
-
-    def _save(self, epoch: int, batch: int | None, logs: dict[str, float]) -> None:
-        if self.save_best_only:
-            current = logs.get(self.monitor)
-            if current is None:
-                warnings.warn(f"ModelCheckpoint: can save best model only with {self.monitor!r} "
-                              f"in the logs (available: {sorted(logs)}); skipping.", MirrorfitWarning,
-                              stacklevel=3)
-                return
-            if self.best is not None and not self.monitor_op(current, self.best):
-                return
-            self.best = float(current)
-        fields = dict(logs, epoch=epoch + 1)
-        if batch is not None:
-            fields["batch"] = batch + 1
-        try:
-            path = self.filepath.format(**fields)
-        except (KeyError, IndexError) as err:
-            raise ValueError(f"ModelCheckpoint filepath names {err} which is not in the logs; "
-                             f"available: epoch, batch, {', '.join(sorted(logs))}. Received: "
-                             f"filepath={self.filepath!r}") from None
-        lock = self._lock_for(path)
-        self.model.save_checkpoint(path, weights_only=self.save_weights_only,
-                                   argument="ModelCheckpoint filepath", lock=lock)
-        if self.verbose > 0:
-            chief_print(f"Epoch {epoch + 1}: saving model to {path}")
 
 
 class Preempted(SystemExit):
@@ -213,6 +100,12 @@ class BackupAndRestore(Callback):
             process's). A notice in an epoch's last step saves after that epoch's validation.
             No per-step synchronization is added. See the multi-worker guide for the SLURM
             and Kubernetes settings.
+        save_on_background: copy the backup to the host at the save and write it on a
+            background thread while training goes on, at most one write in flight (as
+            `ModelCheckpoint`'s argument: errors come at the next backup or the end of
+            ``fit``, and ``fit`` returns once the last write is complete). A preemption
+            backup is always written before ``fit`` stops, as is every backup of a
+            multi-process job. ``False`` writes every backup in the training thread.
 
     Raises:
         ValueError: in ``fit``, for a ``backup_dir`` holding files but no backup, or a backup
@@ -234,7 +127,7 @@ class BackupAndRestore(Callback):
 
     def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
                  delete_checkpoint: bool = True, strict: bool = True,
-                 save_before_preemption: bool = False):
+                 save_before_preemption: bool = False, save_on_background: bool = True):
         super().__init__()
         if not backup_dir:
             raise ValueError("BackupAndRestore needs a backup_dir (a directory for this run's "
@@ -252,6 +145,8 @@ class BackupAndRestore(Callback):
         self._steps_since_save = 0
         self._restored_history: tuple[dict[str, list[float]], list[int]] | None = None
         self._lock = DirectoryLock(self.backup_dir, "BackupAndRestore backup_dir")
+        self.save_on_background = save_on_background
+        self._writer = background.BackgroundWriter() if save_on_background else None
 
     def on_train_begin(self, logs=None):
         self._last_step = self._steps_since_save = 0
@@ -363,7 +258,8 @@ class BackupAndRestore(Callback):
                 if progress.end_of_epoch:  # validation has not run: save after it
                     self._preempted = True
                 else:
-                    self._save(progress.epoch, progress.step, progress.statistics)
+                    self._save(progress.epoch, progress.step, progress.statistics,
+                               synchronous=True)
                     self._exit_preempted(progress.epoch, progress.step)
         if self.save_freq == "epoch":
             return
@@ -380,7 +276,7 @@ class BackupAndRestore(Callback):
             self._boundaries += 1  # a notice during validation
             self._preempted = self._notice.reached(self._boundaries)
         if self.save_freq == "epoch" or self._preempted:
-            self._save(epoch + 1, 0, None, (epoch, logs or {}))
+            self._save(epoch + 1, 0, None, (epoch, logs or {}), synchronous=self._preempted)
         if self._preempted:
             self._exit_preempted(epoch + 1, 0)
 
@@ -406,7 +302,8 @@ class BackupAndRestore(Callback):
         return {"history": values, "history_epochs": epochs}
 
     def _save(self, epoch: int, step: int, statistics: Any,
-              ended: tuple[int, dict[str, float]] | None = None) -> None:
+              ended: tuple[int, dict[str, float]] | None = None, *,
+              synchronous: bool = False) -> None:
         tree = {"state": self.model.state}
         if statistics is not None:
             tree["statistics"] = statistics
@@ -416,18 +313,26 @@ class BackupAndRestore(Callback):
         host = zero.host_copy(self.model.strategy, tree)  # now: the next step donates them
         info = {"kind": "backup", "epoch": epoch, "step": step,
                 "fingerprints": self._fingerprints, **self._history(ended)}
-        checkpoint_lib.save(self.backup_dir, host, info, keep=2,
-                            argument="BackupAndRestore backup_dir", lock=self._lock)
+        where = {"keep": 2, "argument": "BackupAndRestore backup_dir", "lock": self._lock}
+        if self._writer is None or synchronous:
+            if self._writer is not None:
+                self._writer.wait()
+            checkpoint_lib.save(self.backup_dir, host, info, **where)
+        else:
+            background.save(self._writer, self.backup_dir, host, info, **where)
 
     def on_train_error(self, error):
         if self._notice is not None:
             self._notice.uninstall()
+        background.wait_quietly(self._writer, error)  # a Preempted's backup is complete
         self._lock.release()
 
     def on_train_end(self, logs=None):
         if self._notice is not None:
             self._notice.uninstall()
         try:
+            if self._writer is not None:
+                self._writer.wait()  # before the backups are deleted
             self._apply_restored_history()  # a backup after the last epoch resumes no epoch
             if self.delete_checkpoint and jax.process_index() == 0:
                 checkpoint_files.remove_checkpoints(self.backup_dir)

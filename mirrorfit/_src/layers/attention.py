@@ -9,7 +9,7 @@ value_dim, output_dim]`` and ``attention_output/bias [output_dim]``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -40,6 +40,23 @@ class _EinsumDense(FlaxLayer):
         return y
 
 
+def _attention_mask(attention_mask: Any, query_mask: Any, value_mask: Any, key_mask: Any
+                    ) -> jax.Array | None:
+    """``attention_mask`` and'ed with the Keras masks of query ``[B, T]`` (as ``[B, T, 1]``),
+    value and key ``[B, S]`` (as ``[B, 1, S]``), as Keras' ``_compute_attention_mask``."""
+    masks = [None if attention_mask is None else jnp.asarray(attention_mask, bool)]
+    if query_mask is not None:
+        masks.append(jnp.asarray(query_mask, bool)[:, :, None])
+    masks += [jnp.asarray(m, bool)[:, None, :] for m in (value_mask, key_mask) if m is not None]
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    combined = present[0]
+    for m in present[1:]:
+        combined = combined & m
+    return combined
+
+
 @register
 class MultiHeadAttention(FlaxLayer):
     """Scaled dot-product attention over ``num_heads`` heads, as
@@ -48,12 +65,16 @@ class MultiHeadAttention(FlaxLayer):
     ``__call__(query, value, key=None, attention_mask=None, return_attention_scores=False,
     training=False, use_causal_mask=False)``: ``query [batch, T, query_dim]``, ``value
     [batch, S, value_in]``, ``key`` (default ``value``) ``[batch, S, key_in]``,
-    ``attention_mask`` bool ``[batch, T, S]`` (True attends). Output ``[batch, T,
+    ``attention_mask`` bool ``[batch, T, S]`` (True attends), and'ed with the Keras masks
+    ``query_mask [batch, T]``, ``value_mask``/``key_mask [batch, S]`` (given, or the masks of
+    ``query``, ``value`` and ``key`` in a model, as Keras). Output ``[batch, T,
     output_dim]`` (``output_shape`` or ``query_dim``); with ``return_attention_scores`` also
     the softmax scores ``[batch, num_heads, T, S]``. Scores are ``q . k / sqrt(key_dim)``;
     ``dropout`` applies to the scores in training, from the ``"dropout"`` RNG stream (``seed``
     is accepted for Keras code but does not pick the stream).
     """
+
+    supports_masking: ClassVar[bool] = True  # the output has the query's mask
 
     num_heads: int
     key_dim: int
@@ -79,8 +100,12 @@ class MultiHeadAttention(FlaxLayer):
     def __call__(self, query: jax.Array, value: jax.Array, key: jax.Array | None = None,
                  attention_mask: jax.Array | None = None,
                  return_attention_scores: bool = False, training: bool = False,
-                 use_causal_mask: bool = False) -> Any:
-        key = value if key is None else key
+                 use_causal_mask: bool = False, query_mask: jax.Array | None = None,
+                 value_mask: jax.Array | None = None, key_mask: jax.Array | None = None
+                 ) -> Any:
+        if key is None:
+            key, key_mask = value, value_mask if key_mask is None else key_mask
+        attention_mask = _attention_mask(attention_mask, query_mask, value_mask, key_mask)
         for name, x in (("query", query), ("value", value), ("key", key)):
             if jnp.ndim(x) != 3:
                 raise ValueError(f"MultiHeadAttention expects {name} [batch, length, dim]. "

@@ -9,6 +9,8 @@ A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
 * ``dtype``: the compute dtype (``"float32"``, ``"bfloat16"``, ``"mixed_bfloat16"``, ...);
   params are always created in float32 and cast for the computation;
 * ``__call__(..., training=False)``, Keras' training flag;
+* Keras' masks: ``supports_masking`` and ``compute_mask(inputs, mask)``; a layer that
+  consumes a mask takes ``mask=`` in ``__call__`` (`mirrorfit._src.layers.mask_flow`);
 * calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
   found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
@@ -28,7 +30,7 @@ import dataclasses
 import functools
 import itertools
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -107,6 +109,8 @@ class FlaxLayer(nn.Module):
     dtype: Any = layer_field(default=None, kw_only=True)
     # tf.keras' legacy way to give a Sequential model its input shape (no batch axis).
     input_shape: Any = layer_field(default=None, kw_only=True)
+    # Keras' ``supports_masking``: the layer passes a mask on (or computes its own).
+    supports_masking: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -166,6 +170,18 @@ class FlaxLayer(nn.Module):
     def declared_input_shape(self) -> tuple[int, ...] | None:
         """The ``input_shape`` given to the constructor (no batch axis), if any."""
         return None if self.input_shape is None else tuple(self.input_shape)
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> Any:
+        """The output mask, as Keras' ``Layer.compute_mask``: ``mask`` (bool ``[batch,
+        timesteps]``, or ``None``) passed on by a layer that supports masking, else ``None``.
+
+        Args:
+            inputs: the layer's first input (arrays).
+            mask: the mask of ``inputs`` (same structure), or ``None``.
+        """
+        del inputs
+        return mask if self.supports_masking else None
 
     # -- dtype ------------------------------------------------------------------------
     @property
@@ -292,3 +308,32 @@ def as_tuple(value: Any, n: int, name: str) -> tuple[int, ...]:
         raise ValueError(f"{name} must be an int or a tuple of {n} ints. "
                          f"Received: {name}={value!r}")
     return items
+
+
+def spatial_pairs(value: Any, rank: int, name: str) -> tuple[tuple[int, int], ...]:
+    """Per-axis ``(before, after)`` amounts for ``rank`` spatial axes, as Keras' padding and
+    cropping layers read them: an int (all sides); for rank 1 a pair ``(before, after)``;
+    for rank > 1 ``rank`` entries, each an int (both sides) or a pair.
+
+    Raises:
+        ValueError: any other form, or a negative amount.
+    """
+    if isinstance(value, int):
+        pairs: Any = ((value, value),) * rank
+    elif rank == 1:
+        pairs = (tuple(value),)
+    else:
+        pairs = tuple((v, v) if isinstance(v, int) else tuple(v) for v in value)
+    if (len(pairs) != rank or any(len(p) != 2 for p in pairs)
+            or not all(isinstance(v, int) and v >= 0 for p in pairs for v in p)):
+        raise ValueError(f"{name} must be a non-negative int or {rank} entries (an int or a "
+                         f"(before, after) pair per spatial axis). Received: {name}={value!r}")
+    return pairs
+
+
+def check_channels_last(data_format: Any) -> None:
+    """Raises ValueError unless ``data_format`` is ``None`` or ``"channels_last"``."""
+    if data_format not in (None, "channels_last"):
+        raise ValueError("Only data_format='channels_last' (inputs [batch, ..., channels]) is "
+                         "supported; transpose channels_first inputs with Permute. "
+                         f"Received: data_format={data_format!r}")

@@ -30,6 +30,7 @@ CONSTRAINED_WEIGHTS = {
     "pointwise_constraint": "pointwise_kernel",
     "gamma_constraint": "gamma",
     "beta_constraint": "beta",
+    "alpha_constraint": "alpha",
 }
 """A built-in layer's constraint argument -> the name of the weight it constrains."""
 

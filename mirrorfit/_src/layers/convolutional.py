@@ -1,8 +1,9 @@
 """Convolutions with Keras' defaults: ``padding="valid"``, channels_last, glorot_uniform kernels.
 
-Conv1D/2D/3D, Conv2DTranspose, DepthwiseConv2D and SeparableConv2D, as ``keras.layers``; on
-``jax.lax`` convolutions (XLA's ``"SAME"`` padding is TensorFlow's). Their ``*_constraint``
-arguments (`mirrorfit.constraints`) project the weights after every optimizer update.
+Conv1D/2D/3D, Conv1D/2D/3DTranspose, DepthwiseConv2D and SeparableConv2D, as
+``keras.layers``; on ``jax.lax`` convolutions (XLA's ``"SAME"`` padding is TensorFlow's). Their
+``*_constraint`` arguments (`mirrorfit.constraints`) project the weights after every optimizer
+update.
 """
 
 from __future__ import annotations
@@ -126,14 +127,12 @@ def _transpose_padding(kernel: int, stride: int, dilation: int, padding: str,
     return left, total - left
 
 
-@register
-class Conv2DTranspose(FlaxLayer):
-    """Transposed 2-D convolution, as ``keras.layers.Conv2DTranspose``.
+class _ConvTranspose(FlaxLayer):
+    """Transposed convolution, as ``keras.layers.Conv{1,2,3}DTranspose``: output
+    ``(n - 1) * s + max(k, s)`` per spatial axis for ``"valid"``, ``n * s`` for ``"same"``.
+    Kernel ``[*kernel_size, filters, channels]`` as Keras stores it."""
 
-    Input ``[batch, rows, cols, channels]``; output ``[batch, (rows - 1) * s + max(k, s),
-    ..., filters]`` for ``"valid"``, ``[batch, rows * s, cols * s, filters]`` for ``"same"``.
-    Kernel ``[kh, kw, filters, channels]`` as Keras stores it.
-    """
+    rank: ClassVar[int]
 
     filters: int
     kernel_size: Any
@@ -158,19 +157,44 @@ class Conv2DTranspose(FlaxLayer):
         if self.padding not in ("valid", "same"):
             raise ValueError(f"padding must be 'valid' or 'same'. Received: "
                              f"padding={self.padding!r}")
-        kernel_size = as_tuple(self.kernel_size, 2, "kernel_size")
-        strides = as_tuple(self.strides, 2, "strides")
-        dilation = as_tuple(self.dilation_rate, 2, "dilation_rate")
-        out_pad = ((None, None) if self.output_padding is None
-                   else as_tuple(self.output_padding, 2, "output_padding"))
+        rank = self.rank
+        kernel_size = as_tuple(self.kernel_size, rank, "kernel_size")
+        strides = as_tuple(self.strides, rank, "strides")
+        dilation = as_tuple(self.dilation_rate, rank, "dilation_rate")
+        out_pad = ((None,) * rank if self.output_padding is None
+                   else as_tuple(self.output_padding, rank, "output_padding"))
         x = self.cast(inputs)
         kernel = self.weight("kernel", self.kernel_initializer,
                              (*kernel_size, self.filters, x.shape[-1]), self.kernel_regularizer)
         pads = [_transpose_padding(k, s, d, self.padding, p)
                 for k, s, d, p in zip(kernel_size, strides, dilation, out_pad)]
         y = lax.conv_transpose(x, kernel, strides, pads, rhs_dilation=dilation,
-                               dimension_numbers=_dimension_numbers(2), transpose_kernel=True)
+                               dimension_numbers=_dimension_numbers(rank), transpose_kernel=True)
         return self.bias_and_activation(y)
+
+
+@register
+class Conv1DTranspose(_ConvTranspose):
+    """Transposed 1-D convolution: ``[batch, steps, channels] -> [batch, new_steps,
+    filters]``; kernel ``[k, filters, channels]``."""
+
+    rank: ClassVar[int] = 1
+
+
+@register
+class Conv2DTranspose(_ConvTranspose):
+    """Transposed 2-D convolution: ``[batch, rows, cols, channels] -> [batch, new_rows,
+    new_cols, filters]``; kernel ``[kh, kw, filters, channels]``."""
+
+    rank: ClassVar[int] = 2
+
+
+@register
+class Conv3DTranspose(_ConvTranspose):
+    """Transposed 3-D convolution: ``[batch, d1, d2, d3, channels] -> [batch, n1, n2, n3,
+    filters]``; kernel ``[k1, k2, k3, filters, channels]``."""
+
+    rank: ClassVar[int] = 3
 
 
 def _depthwise(x: jax.Array, kernel: jax.Array, strides, padding, dilation) -> jax.Array:

@@ -19,11 +19,14 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from mirrorfit._src.layers import flax_bridge
+from mirrorfit._src.layers import flax_bridge, mask_flow
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
+# Lengths standing in for variable (None) non-batch dimensions when inferring shapes or
+# building: output dimensions that differ between the two are variable too.
+PROBE_LENGTHS = (16, 32)
 _NODE_SERIALS = itertools.count()
 
 
@@ -36,15 +39,17 @@ class KerasTensor:
         name: the `Input`'s name, or ``"<layer>/<output index>"`` once built.
         node: the `Node` that produced it; ``None`` for an `Input`.
         index: its position among ``node``'s flattened outputs.
+        mask: its Keras mask, a symbolic bool ``[batch, timesteps]``, or ``None``.
     """
 
     def __init__(self, shape: tuple[int | None, ...], dtype: Any, *, name: str | None = None,
-                 node: Node | None = None, index: int = 0):
+                 node: Node | None = None, index: int = 0, mask: KerasTensor | None = None):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.name = name
         self.node = node
         self.index = index
+        self.mask = mask
 
     @property
     def ndim(self) -> int:
@@ -108,36 +113,88 @@ def is_symbolic(tree: Any) -> bool:
     return any(isinstance(t, KerasTensor) for t in jax.tree.leaves(tree))
 
 
-def _probe(t: KerasTensor) -> jax.ShapeDtypeStruct:
-    if any(d is None for d in t.shape[1:]):
-        raise ValueError(f"Symbolic tensors need known non-batch dimensions. Received: {t}")
-    batch = _PROBE_BATCH if t.shape[0] is None else t.shape[0]
-    return jax.ShapeDtypeStruct((batch, *t.shape[1:]), t.dtype)
+def probe_shape(shape: Sequence[int | None], length: int = PROBE_LENGTHS[0]
+                ) -> tuple[int, ...]:
+    """``shape`` with a ``None`` batch as `_PROBE_BATCH` and other ``None`` dimensions (a
+    variable length) as ``length``."""
+    batch = _PROBE_BATCH if shape[0] is None else shape[0]
+    return (batch, *(length if d is None else d for d in shape[1:]))
+
+
+def eval_shapes(fn: Any, shapes: Sequence[tuple[int | None, ...]], dtypes: Sequence[Any]
+                ) -> Any:
+    """The output shapes of ``fn(*arrays)`` for arrays of ``shapes`` (``None`` dimensions
+    allowed), with ``None`` batch and ``None`` where an output dimension follows a variable
+    input length: ``fn`` is traced at the `PROBE_LENGTHS` and the dimensions that differ are
+    ``None``.
+
+    Returns:
+        ``fn``'s output structure with leaves holding ``shape`` and ``dtype``.
+    """
+    variable = any(d is None for shape in shapes for d in shape[1:])
+    probes = PROBE_LENGTHS if variable else PROBE_LENGTHS[:1]
+    results = [jax.eval_shape(fn, *[jax.ShapeDtypeStruct(probe_shape(s, n), d)
+                                    for s, d in zip(shapes, dtypes)]) for n in probes]
+
+    def merge(*leaves: jax.ShapeDtypeStruct) -> _Shape:
+        dims = [None if len({leaf.shape[i] for leaf in leaves}) > 1 else leaves[0].shape[i]
+                for i in range(1, len(leaves[0].shape))]
+        return _Shape((None, *dims), leaves[0].dtype)
+    return jax.tree.map(merge, *results)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """An output's shape (``None`` for unknown dimensions) and dtype."""
+
+    shape: tuple[int | None, ...]
+    dtype: Any
 
 
 def symbolic_call(layer: Any, args: tuple, kwargs: dict) -> Any:
-    """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs."""
+    """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs.
+
+    Keras masks flow symbolically too: the call gets the symbolic masks of its inputs (as a
+    model run gives it theirs, `mask_flow`), and each output's ``mask`` is the symbolic
+    mask the layer computes for it (``None`` when it has none).
+    """
     leaves, treedef = jax.tree.flatten((args, kwargs))
     slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, KerasTensor)]
     unbound = layer.clone(parent=None, name=None) if isinstance(layer, nn.Module) else None
+
+    def mask_of(t: Any) -> Any:
+        return t.mask if isinstance(t, KerasTensor) else None
+
+    extra_leaves, extra_def = jax.tree.flatten(mask_flow.mask_kwargs(
+        layer, args, kwargs, mask_of, lambda x: isinstance(x, KerasTensor)))
+    first = mask_flow.first_argument(args, kwargs)
+    first_masks, first_def = jax.tree.flatten(jax.tree.map(mask_of, first))
+    symbolic = [leaves[i] for i in slots] + extra_leaves + first_masks
 
     def init_outputs(*arrays):
         filled = list(leaves)
         for i, a in zip(slots, arrays):
             filled[i] = a
         a, kw = jax.tree.unflatten(treedef, filled)
+        rest = arrays[len(slots):]
+        kw = {**kw, **jax.tree.unflatten(extra_def, rest[:len(extra_leaves)])}
         if unbound is None:  # a Keras-style layer: builds its weights, changes nothing else
             with StatelessScope():
-                return layer(*a, **kw)
-        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
-        return unbound.init_with_output(rngs, *a, **kw)[0]
+                out = layer(*a, **kw)
+        else:
+            rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+            out = unbound.init_with_output(rngs, *a, **kw)[0]
+        mask = jax.tree.unflatten(first_def, rest[len(extra_leaves):])
+        return out, mask_flow.output_masks(layer, mask_flow.first_argument(a, kw), out, mask)
 
-    shapes = jax.eval_shape(init_outputs, *[_probe(leaves[i]) for i in slots])
+    shapes, masks = eval_shapes(init_outputs, [t.shape for t in symbolic],
+                                [t.dtype for t in symbolic])
     node = Node(layer, (args, kwargs), None)
-    flat, out_def = jax.tree.flatten(shapes)
+    flat, out_def = jax.tree.flatten(shapes, is_leaf=lambda x: isinstance(x, _Shape))
     node.outputs = jax.tree.unflatten(out_def, [
-        KerasTensor((None, *s.shape[1:]), s.dtype, node=node, index=i)
-        for i, s in enumerate(flat)])
+        KerasTensor(s.shape, s.dtype, node=node, index=i,
+                    mask=None if m is None else KerasTensor(m.shape, m.dtype))
+        for i, (s, m) in enumerate(zip(flat, masks))])
     return node.outputs
 
 
@@ -309,15 +366,26 @@ class FunctionalModule(nn.Module):
     def __call__(self, *args: Any, training: bool = False) -> Any:
         graph = self.graph
         values = dict(zip(map(id, jax.tree.leaves(graph.inputs)), self._flat_inputs(args)))
+        masks: dict[int, Any] = {}  # Keras masks of the tensors that have one, by tensor id
         bound = {id(l): as_module(l, n, self) for l, n in zip(graph.layers, graph.names)}
         for node in graph.nodes:
+            node_args, node_kwargs = node.args
+            extra = mask_flow.mask_kwargs(node.layer, node_args, node_kwargs,
+                                          lambda t: masks.get(id(t)),
+                                          lambda x: isinstance(x, KerasTensor))
             leaves, treedef = jax.tree.flatten(node.args)
             leaves = [values[id(x)] if isinstance(x, KerasTensor) else x for x in leaves]
             call_args, call_kwargs = jax.tree.unflatten(treedef, leaves)
             layer = bound[id(node.layer)]
-            out = layer(*call_args, **call_kwargs, **mode_kwargs(layer, training))
-            for t, v in zip(node.output_tensors, jax.tree.leaves(out)):
+            out = layer(*call_args, **call_kwargs, **extra, **mode_kwargs(layer, training))
+            first = mask_flow.first_argument(node_args, node_kwargs)
+            out_masks = mask_flow.output_masks(
+                node.layer, mask_flow.first_argument(call_args, call_kwargs), out,
+                jax.tree.map(lambda t: masks.get(id(t)), first))
+            for t, v, m in zip(node.output_tensors, jax.tree.leaves(out), out_masks):
                 values[id(t)] = v
+                if m is not None:
+                    masks[id(t)] = m
         flat, treedef = jax.tree.flatten(graph.outputs)
         return jax.tree.unflatten(treedef, [values[id(t)] for t in flat])
 

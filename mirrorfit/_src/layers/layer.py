@@ -157,6 +157,26 @@ class Layer(LayerWeights, metaclass=abc.ABCMeta):
     def built(self, value: bool) -> None:
         self._mf_built = bool(value)
 
+    # -- masks ---------------------------------------------------------------------------
+    @property
+    def supports_masking(self) -> bool:
+        """Whether a Keras mask on the inputs goes on to the outputs (through
+        `compute_mask`) in a model; settable. By default, whether the class overrides
+        ``compute_mask``, as Keras."""
+        value = self.__dict__.get("_mf_supports_masking")
+        return type(self).compute_mask is not Layer.compute_mask if value is None else value
+
+    @supports_masking.setter
+    def supports_masking(self, value: bool) -> None:
+        self._mf_supports_masking = bool(value)
+
+    def compute_mask(self, inputs: Any, previous_mask: Any) -> Any:
+        """The outputs' mask (bool ``[batch, timesteps]`` or ``None``) from the first
+        input's, as Keras' ``Layer.compute_mask``: ``previous_mask``. A layer that consumes
+        the mask takes ``mask=None`` in ``call``."""
+        del inputs
+        return previous_mask
+
     # -- losses --------------------------------------------------------------------------
     def add_loss(self, loss: Any) -> None:
         """Adds scalars (a tensor or a structure of them) to this forward pass's ``losses``;

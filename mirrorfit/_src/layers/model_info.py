@@ -19,7 +19,7 @@ import optax
 from flax import traverse_util
 
 from mirrorfit._src.layers.constraints import layer_constraints
-from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor
+from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor, probe_shape
 from mirrorfit._src.layers.sequential import SequentialModule
 from mirrorfit._src.variables import tracking
 
@@ -125,8 +125,8 @@ def sample_inputs(module: nn.Module, batch_size: int = 1) -> Any:
         raise ValueError("This Sequential model has no Input layer; pass sample inputs or "
                          "start the layer list with mirrorfit.layers.Input(shape).")
 
-    def zeros(t: KerasTensor):
-        return jnp.zeros((batch_size, *t.shape[1:]), t.dtype)
+    def zeros(t: KerasTensor):  # a variable (None) length as functional.PROBE_LENGTHS[0]
+        return jnp.zeros((batch_size, *probe_shape(t.shape)[1:]), t.dtype)
     return jax.tree.map(zeros, spec)
 
 

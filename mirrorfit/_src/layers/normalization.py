@@ -8,7 +8,7 @@ over the replicas (mesh axis ``"batch"``) first.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -106,6 +106,8 @@ class LayerNormalization(FlaxLayer):
     ``keras.layers.LayerNormalization``: ``gamma * (x - mean) / sqrt(var + epsilon) + beta``;
     any shape in and out, ``gamma``/``beta`` of the ``axis`` dimensions."""
 
+    supports_masking: ClassVar[bool] = True  # passes a Keras mask on
+
     axis: Any = -1
     epsilon: float = 1e-3
     center: bool = True
@@ -174,3 +176,17 @@ class GroupNormalization(FlaxLayer):
         if beta is not None:
             y = y + beta.reshape(bshape).astype(jnp.float32)
         return y.astype(x.dtype)
+
+
+@register
+class UnitNormalization(FlaxLayer):
+    """Scales each sample to unit L2 norm over ``axis`` (an int or axes), as
+    ``keras.layers.UnitNormalization``: ``x * min(rsqrt(sum(x^2)), 1e12)``; any shape."""
+
+    axis: Any = -1
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.cast(inputs)
+        axes = _axes(self.axis, x.ndim)
+        inv_norm = lax.rsqrt(jnp.sum(jnp.square(x), axis=axes, keepdims=True))
+        return x * jnp.minimum(inv_norm, 1e12)

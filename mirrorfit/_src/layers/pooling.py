@@ -1,4 +1,5 @@
-"""Pooling, as ``keras.layers``: Max/AveragePooling1D/2D and GlobalMax/GlobalAveragePooling1D/2D.
+"""Pooling, as ``keras.layers``: Max/AveragePooling1D/2D/3D and
+GlobalMax/GlobalAveragePooling1D/2D/3D.
 
 ``strides`` defaults to ``pool_size`` and ``padding`` to ``"valid"``. With ``"same"``,
 average pooling divides by the number of real (unpadded) entries, as TensorFlow does.
@@ -35,9 +36,11 @@ class _Pooling(FlaxLayer):
         strides = window if self.strides is None else as_tuple(self.strides, self.rank,
                                                                "strides")
         x = self.cast(inputs)
+        # By keyword: jax2onnx's ONNX export replaces these functions with keyword-only ones.
+        pool = {"window_shape": window, "strides": strides, "padding": self.padding.upper()}
         if self.is_max:
-            return nn.max_pool(x, window, strides, self.padding.upper())
-        return nn.avg_pool(x, window, strides, self.padding.upper(), count_include_pad=False)
+            return nn.max_pool(x, **pool)
+        return nn.avg_pool(x, **pool, count_include_pad=False)
 
 
 @register
@@ -76,6 +79,24 @@ class AveragePooling2D(_Pooling):
     pool_size: Any = (2, 2)
 
 
+@register
+class MaxPooling3D(_Pooling):
+    """Max over windows: ``[batch, d1, d2, d3, channels] -> [batch, n1, n2, n3, channels]``."""
+
+    rank: ClassVar[int] = 3
+    is_max: ClassVar[bool] = True
+    pool_size: Any = (2, 2, 2)
+
+
+@register
+class AveragePooling3D(_Pooling):
+    """Mean over windows: ``[batch, d1, d2, d3, channels] -> [batch, n1, n2, n3, channels]``."""
+
+    rank: ClassVar[int] = 3
+    is_max: ClassVar[bool] = False
+    pool_size: Any = (2, 2, 2)
+
+
 class _GlobalPooling(FlaxLayer):
     rank: ClassVar[int]
     is_max: ClassVar[bool]
@@ -84,20 +105,42 @@ class _GlobalPooling(FlaxLayer):
     keepdims: bool = False
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
-        if self.data_format not in (None, "channels_last"):
-            raise ValueError("Only data_format='channels_last' is supported. "
-                             f"Received: data_format={self.data_format!r}")
+        self._check_format()
         axes = tuple(range(1, 1 + self.rank))
         reduce = jnp.max if self.is_max else jnp.mean
         return reduce(self.cast(inputs), axis=axes, keepdims=self.keepdims)
 
+    def _check_format(self) -> None:
+        if self.data_format not in (None, "channels_last"):
+            raise ValueError("Only data_format='channels_last' is supported. "
+                             f"Received: data_format={self.data_format!r}")
+
 
 @register
 class GlobalAveragePooling1D(_GlobalPooling):
-    """Mean over steps: ``[batch, steps, channels] -> [batch, channels]``."""
+    """Mean over steps: ``[batch, steps, channels] -> [batch, channels]``.
+
+    With a Keras mask (``mask`` bool ``[batch, steps]``, e.g. from ``Embedding(mask_zero=
+    True)``), the mean of the unmasked steps, as Keras; the output has no mask.
+    """
 
     rank: ClassVar[int] = 1
     is_max: ClassVar[bool] = False
+    supports_masking: ClassVar[bool] = True
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> None:
+        return None
+
+    def __call__(self, inputs: jax.Array, training: bool = False,
+                 mask: jax.Array | None = None) -> jax.Array:
+        if mask is None:
+            return super().__call__(inputs, training)
+        self._check_format()
+        x = self.cast(inputs)
+        weight = jnp.asarray(mask, x.dtype)[:, :, None]
+        return (jnp.sum(x * weight, axis=1, keepdims=self.keepdims)
+                / jnp.sum(weight, axis=1, keepdims=self.keepdims))
 
 
 @register
@@ -121,4 +164,20 @@ class GlobalMaxPooling2D(_GlobalPooling):
     """Max over positions: ``[batch, rows, cols, channels] -> [batch, channels]``."""
 
     rank: ClassVar[int] = 2
+    is_max: ClassVar[bool] = True
+
+
+@register
+class GlobalAveragePooling3D(_GlobalPooling):
+    """Mean over positions: ``[batch, d1, d2, d3, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 3
+    is_max: ClassVar[bool] = False
+
+
+@register
+class GlobalMaxPooling3D(_GlobalPooling):
+    """Max over positions: ``[batch, d1, d2, d3, channels] -> [batch, channels]``."""
+
+    rank: ClassVar[int] = 3
     is_max: ClassVar[bool] = True

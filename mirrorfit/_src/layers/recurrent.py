@@ -1,11 +1,12 @@
-"""Recurrent layers with Keras' weight layout, on ``flax.linen.RNN``: LSTM, GRU, SimpleRNN.
+"""Recurrent layers with Keras' weight layout, on ``flax.linen.scan``: LSTM, GRU, SimpleRNN.
 
 Each layer keeps its cell's weights under ``"cell"`` (Keras' ``lstm_cell`` etc.) with Keras'
 names and shapes: ``kernel [input_dim, gates * units]``, ``recurrent_kernel [units, gates *
 units]`` (orthogonal) and ``bias``. Gates are ordered as Keras: LSTM ``i, f, c, o``; GRU
 ``z, r, h``. Input ``[batch, timesteps, features]``; output ``[batch, units]``, or ``[batch,
 timesteps, units]`` with ``return_sequences``; ``return_state`` appends the final states
-(LSTM ``h, c``; GRU and SimpleRNN ``h``), as a list like Keras.
+(LSTM ``h, c``; GRU and SimpleRNN ``h``), as a list like Keras. A Keras mask (``mask``
+bool ``[batch, timesteps]``) skips steps as Keras' JAX ``rnn`` does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers import activations, initializers, regularizers
-from mirrorfit._src.layers.base import LOSSES, FlaxLayer, register
+from mirrorfit._src.layers.base import LOSSES, FlaxLayer, layer_field, register
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,34 @@ class _Cell(nn.Module):
         return spec.step(carry, x, cast(kernel), cast(recurrent), cast(bias))
 
 
+def _scan(cell: _Cell, carry: Any, x: jax.Array, mask: jax.Array | None, backwards: bool,
+          zero_output_for_mask: bool) -> tuple[Any, jax.Array]:
+    """Runs ``cell`` over the steps of ``x [batch, timesteps, features]``, as Keras' JAX
+    ``rnn`` (``lax.scan``): with ``mask`` (bool ``[batch, timesteps]``) a masked step keeps
+    the states and outputs the previous output (zeros with ``zero_output_for_mask``).
+    ``backwards`` runs from the last step; outputs are then in that (reversed) order.
+
+    Returns:
+        ``(final_carry, outputs [batch, timesteps, units])``.
+    """
+
+    def step(cell: _Cell, carry: Any, inputs: Any) -> tuple[Any, jax.Array]:
+        x_t, mask_t = inputs
+        new_carry, y = cell(carry, x_t)
+        if mask_t is None:
+            return new_carry, y
+        keep = mask_t[:, None]
+        previous = jax.tree.leaves(carry)[0]  # h, the previous output
+        y = jnp.where(keep, y, jnp.zeros_like(y) if zero_output_for_mask else previous)
+        return jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_carry, carry), y
+
+    scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
+                   in_axes=1, out_axes=1, reverse=backwards)
+    xs = (x, None if mask is None else jnp.asarray(mask, bool))
+    final, outputs = scan(cell, carry, xs)
+    return final, jnp.flip(outputs, axis=1) if backwards else outputs
+
+
 class _RNN(FlaxLayer):
     gate_count: ClassVar[int]
     state_count: ClassVar[int] = 1
@@ -79,9 +108,22 @@ class _RNN(FlaxLayer):
     def bias_init(self, key: jax.Array, shape: tuple[int, ...], dtype: Any) -> jax.Array:
         return initializers.get(self.bias_initializer)(key, shape, dtype)
 
+    # Keras' RNN argument: masked steps output zeros instead of the previous output.
+    zero_output_for_mask: bool = layer_field(default=False, kw_only=True)
+    supports_masking: ClassVar[bool] = True
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> Any:
+        """As Keras' ``RNN.compute_mask``: the input mask for ``return_sequences`` outputs
+        (reversed outputs of ``go_backwards`` included, as Keras), none for the states."""
+        del inputs
+        mask = jax.tree.leaves(mask)[0] if jax.tree.leaves(mask) else None
+        output_mask = mask if self.return_sequences else None
+        return [output_mask] + [None] * self.state_count if self.return_state else output_mask
+
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False,
-                 initial_state: Any = None) -> Any:
+                 initial_state: Any = None, mask: jax.Array | None = None) -> Any:
         if not isinstance(self.units, int) or self.units <= 0:
             raise ValueError(f"units must be a positive int. Received: units={self.units!r}")
         x = self.cast(inputs)
@@ -98,14 +140,13 @@ class _RNN(FlaxLayer):
                          self.bias_shape if self.use_bias else None, self.bias_init, self.step,
                          self.compute_dtype)
         cell = _Cell(spec, name="cell")
-        carry = None
         if initial_state is not None:
             states = [s.astype(self.compute_dtype) for s in initial_state]
             carry = tuple(states) if self.state_count == 2 else states[0]
-        # _Cell has the cell interface nn.RNN calls but is no RNNCellBase (Flax's annotation).
-        rnn = nn.RNN(cell, return_carry=True,  # pyright: ignore[reportArgumentType]
-                     reverse=self.go_backwards, keep_order=False, name="rnn")
-        final, outputs = rnn(x, initial_carry=carry)
+        else:
+            carry = cell.initialize_carry(jax.random.key(0), x[:, 0].shape)
+        final, outputs = _scan(cell, carry, x, mask, self.go_backwards,
+                               self.zero_output_for_mask)
         self._sow_penalties()
         y = self.activity(outputs if self.return_sequences else outputs[:, -1])
         if not self.return_state:
@@ -127,7 +168,10 @@ _COMMON_DOC = """
     ``kernel_initializer="glorot_uniform"``, ``recurrent_initializer="orthogonal"``,
     ``bias_initializer="zeros"``, the three weight regularizers and ``activity_regularizer``,
     ``dropout`` (one input mask per sequence), ``return_sequences``, ``return_state``,
-    ``go_backwards``. ``__call__(inputs, training=False, initial_state=None)``.
+    ``go_backwards``, ``zero_output_for_mask`` (keyword).
+    ``__call__(inputs, training=False, initial_state=None, mask=None)``: ``mask`` bool
+    ``[batch, timesteps]`` (from `Embedding` ``mask_zero`` or `Masking`) skips steps: a
+    masked step keeps the states and repeats the previous output, as Keras.
 """
 
 

@@ -1,4 +1,5 @@
-"""Shape layers: Flatten, Reshape, Permute, ZeroPadding2D, UpSampling2D (as ``keras.layers``)."""
+"""Shape layers: Flatten, Reshape, Permute, RepeatVector, ZeroPadding1D/2D/3D and
+UpSampling1D/2D/3D (as ``keras.layers``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers.base import FlaxLayer, as_tuple, register
+from mirrorfit._src.layers.base import (
+    FlaxLayer,
+    as_tuple,
+    check_channels_last,
+    register,
+    spatial_pairs,
+)
 
 
 @register
@@ -95,3 +102,76 @@ class UpSampling2D(FlaxLayer):
             return jax.image.resize(x, (b, r * sr, c * sc, ch), "bilinear", antialias=False)
         raise ValueError("interpolation must be 'nearest' or 'bilinear'. "
                          f"Received: interpolation={self.interpolation!r}")
+
+
+@register
+class RepeatVector(FlaxLayer):
+    """``[batch, features] -> [batch, n, features]``, as ``keras.layers.RepeatVector``."""
+
+    n: int
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.cast(inputs)
+        if x.ndim != 2:
+            raise ValueError("RepeatVector expects inputs [batch, features]. "
+                             f"Received shape {x.shape}")
+        return jnp.repeat(x[:, None, :], self.n, axis=1)
+
+
+@register
+class ZeroPadding1D(FlaxLayer):
+    """Zeros before and after the steps, as ``keras.layers.ZeroPadding1D``:
+    ``[batch, steps, channels] -> [batch, steps + before + after, channels]``; ``padding``
+    is an int or ``(before, after)``."""
+
+    padding: Any = 1
+    data_format: str | None = None
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        check_channels_last(self.data_format)
+        pads = spatial_pairs(self.padding, 1, "padding")
+        return jnp.pad(self.cast(inputs), ((0, 0), *pads, (0, 0)))
+
+
+@register
+class ZeroPadding3D(FlaxLayer):
+    """Zeros around volumes, as ``keras.layers.ZeroPadding3D``: ``[batch, d1, d2, d3,
+    channels]``, each ``d`` grows by its ``before + after``; ``padding`` is an int, 3 ints or
+    3 ``(before, after)`` pairs."""
+
+    padding: Any = ((1, 1), (1, 1), (1, 1))
+    data_format: str | None = None
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        check_channels_last(self.data_format)
+        pads = spatial_pairs(self.padding, 3, "padding")
+        return jnp.pad(self.cast(inputs), ((0, 0), *pads, (0, 0)))
+
+
+@register
+class UpSampling1D(FlaxLayer):
+    """Repeats each step ``size`` times, as ``keras.layers.UpSampling1D``:
+    ``[batch, steps, features] -> [batch, steps * size, features]``."""
+
+    size: int = 2
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        if not isinstance(self.size, int) or self.size <= 0:
+            raise ValueError(f"size must be a positive int. Received: size={self.size!r}")
+        return jnp.repeat(self.cast(inputs), self.size, axis=1)
+
+
+@register
+class UpSampling3D(FlaxLayer):
+    """Repeats each voxel ``size`` times per axis, as ``keras.layers.UpSampling3D``:
+    ``[batch, d1, d2, d3, channels] -> [batch, d1 * s1, d2 * s2, d3 * s3, channels]``."""
+
+    size: Any = (2, 2, 2)
+    data_format: str | None = None
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        check_channels_last(self.data_format)
+        x = self.cast(inputs)
+        for axis, s in enumerate(as_tuple(self.size, 3, "size"), start=1):
+            x = jnp.repeat(x, s, axis=axis)
+        return x

@@ -13,15 +13,16 @@ from typing import Any
 import flax.linen as nn
 import jax
 
+from mirrorfit._src.layers import mask_flow
 from mirrorfit._src.layers.functional import (
     Input,
     KerasTensor,
     as_module,
     assign_names,
+    eval_shapes,
     mode_kwargs,
 )
-
-_PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
+from mirrorfit._src.layers.input_layer import InputLayer
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -40,9 +41,14 @@ class SequentialModule(nn.Module):
 
     @nn.compact
     def __call__(self, x: Any, training: bool = False) -> Any:
+        mask = None  # the Keras mask of x, bool [batch, timesteps], once a layer makes one
         for layer, name in zip(self.stack.layers, self.stack.names):
             call = as_module(layer, name, self)
-            x = call(x, **mode_kwargs(call, training))
+            extra = mask_flow.mask_kwargs(layer, (x,), {}, lambda _, m=mask: m,
+                                          lambda _: True)
+            y = call(x, **extra, **mode_kwargs(call, training))
+            out_masks = mask_flow.output_masks(layer, x, y, mask)
+            x, mask = y, out_masks[0] if len(out_masks) == 1 else None
         return x
 
 
@@ -58,22 +64,26 @@ def output_shapes(layers: Sequence[Any], input_shape: Sequence[int | None], dtyp
     Flax layers and functions are traced with ``jax.eval_shape``; Keras-style layers are
     called on symbolic tensors, which builds them with a ``None`` batch axis.
     """
-    x: Any = jax.ShapeDtypeStruct((_PROBE_BATCH, *input_shape[1:]), dtype)
+    x: Any = KerasTensor((None, *input_shape[1:]), dtype)
     rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
     shapes = []
     for layer in layers:
         if isinstance(layer, nn.Module):
             kwargs = mode_kwargs(layer, False)
             unbound = layer.clone(parent=None, name=None)
-            x = jax.eval_shape(
-                lambda a, u=unbound, kw=kwargs: u.init_with_output(rngs, a, **kw)[0], x)
+            fn = lambda a, u=unbound, kw=kwargs: u.init_with_output(rngs, a, **kw)[0]
         elif _is_keras_style(layer):
-            out = layer(jax.tree.map(lambda s: KerasTensor((None, *s.shape[1:]), s.dtype), x))
-            x = jax.tree.map(
-                lambda t: jax.ShapeDtypeStruct((_PROBE_BATCH, *t.shape[1:]), t.dtype), out)
+            fn = None
         else:
-            x = jax.eval_shape(layer, x)
-        shapes.append(jax.tree.map(lambda s: (None, *s.shape[1:]), x))
+            fn = layer
+        if fn is None:
+            x = layer(x)
+        else:
+            leaves, treedef = jax.tree.flatten(x)
+            out = eval_shapes(lambda *a, f=fn, d=treedef: f(jax.tree.unflatten(d, a)),
+                              [t.shape for t in leaves], [t.dtype for t in leaves])
+            x = jax.tree.map(lambda s: KerasTensor(s.shape, s.dtype), out)
+        shapes.append(jax.tree.map(lambda t: tuple(t.shape), x))
     return shapes
 
 
@@ -83,7 +93,8 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
 
     Args:
         layers: ``mirrorfit.layers`` layers, Flax modules or functions, optionally led by an
-            `Input` tensor; or a first layer with ``input_shape=``/``input_dim=`` (legacy
+            `Input` tensor or an `InputLayer`; or a first layer with
+            ``input_shape=``/``input_dim=`` (legacy
             tf.keras, as Keras 3 still accepts).
         name: the model's name.
 
@@ -100,7 +111,7 @@ def sequential_module(layers: Sequence[Any], name: str | None = None
         >>> shape
         (None, 4)
     """
-    layers = list(layers)
+    layers = [layer.output if isinstance(layer, InputLayer) else layer for layer in layers]
     first = layers.pop(0) if layers and isinstance(layers[0], KerasTensor) else None
     declared = getattr(layers[0], "declared_input_shape", None) if layers else None
     if first is None and declared is not None:

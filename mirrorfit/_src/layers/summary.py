@@ -69,10 +69,10 @@ def _count(tree: Any) -> tuple[int, int]:
 
 def _sequential_shapes(module: sequential.SequentialModule, sample_input: Any) -> list[Any]:
     spec = module.stack.input
-    if sample_input is not None:
-        shape, dtype = np.shape(sample_input), np.asarray(sample_input).dtype
-    elif spec is not None:
+    if spec is not None:  # its None (variable) dimensions stay None, as Keras shows them
         shape, dtype = spec.shape, spec.dtype
+    elif sample_input is not None:
+        shape, dtype = np.shape(sample_input), np.asarray(sample_input).dtype
     else:
         raise ValueError("summary_rows needs sample_input for a Sequential model without an "
                          "Input layer. Received: sample_input=None")

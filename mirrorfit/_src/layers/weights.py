@@ -3,10 +3,11 @@
 Keras lists a model's weights layer by layer (``model.layers`` order: Sequential order, or
 the functional graph's depth order), and within a layer as it creates them: kernel before
 bias, ``gamma, beta, moving_mean, moving_variance`` for BatchNormalization, ``kernel,
-recurrent_kernel, bias`` for recurrent cells, and the ``query, key, value,
-attention_output`` sublayers of MultiHeadAttention. A Keras-style `Layer` lists its weights
-in its own ``layer.weights`` order. Flax dicts come back key-sorted from JAX transformations,
-so the order is rebuilt from names, never from dict order.
+recurrent_kernel, bias`` for recurrent cells, ``mean, variance, count`` for Normalization,
+the ``query, key, value, attention_output`` sublayers of MultiHeadAttention, and
+Bidirectional's ``forward_*`` layer before its ``backward_*`` one. A Keras-style `Layer`
+lists its weights in its own ``layer.weights`` order. Flax dicts come back key-sorted from JAX
+transformations, so the order is rebuilt from names, never from dict order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mirrorfit._src.variables import tracking
 # Keras' creation order of weight and sublayer names inside one layer.
 _CREATION_ORDER = ("query", "key", "value", "attention_output", "depthwise_kernel",
                    "pointwise_kernel", "kernel", "recurrent_kernel", "bias", "gamma", "beta",
-                   "moving_mean", "moving_variance", "embeddings")
+                   "moving_mean", "moving_variance", "embeddings", "mean", "variance", "count")
 _RANK = {name: i for i, name in enumerate(_CREATION_ORDER)}
 _NOT_WEIGHTS = ("losses", "intermediates")
 
@@ -31,7 +32,9 @@ WeightPath = tuple[str, tuple[str, ...]]  # (collection, path inside the collect
 
 
 def _ordered(tree: Any, prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    for key in sorted(tree, key=lambda k: (_RANK.get(k, len(_RANK)), k)):
+    # Bidirectional's forward layer comes before its backward layer, as Keras creates them.
+    for key in sorted(tree, key=lambda k: (_RANK.get(k, len(_RANK)), k.startswith("backward_"),
+                                           k)):
         if isinstance(tree[key], dict):
             yield from _ordered(tree[key], (*prefix, key))
         else:

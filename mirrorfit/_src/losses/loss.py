@@ -25,7 +25,37 @@ EPSILON = 1e-7
 """Keras backend epsilon (``keras.config.epsilon()``) used to clip probabilities."""
 
 REDUCTIONS = ("sum_over_batch_size", "sum", "mean", "mean_with_sample_weight", "none", None)
-"""The ``reduction`` values ``keras.losses.Loss`` accepts."""
+"""The ``reduction`` values ``keras.losses.Loss`` accepts (`Loss` also takes ``"auto"``)."""
+
+
+class Reduction:
+    """tf.keras 2's ``tf.keras.losses.Reduction`` names for the ``reduction`` strings.
+
+    ``AUTO`` is tf.keras 2's default and means ``"sum_over_batch_size"`` (inside ``fit``
+    the loss is always averaged over the global batch, whatever the reduction).
+
+    Example:
+        >>> loss = mf.losses.MeanSquaredError(reduction=mf.losses.Reduction.NONE)
+        >>> loss(jnp.zeros((2, 1)), jnp.ones((2, 1))).shape
+        (2,)
+    """
+
+    AUTO = "auto"
+    NONE = "none"
+    SUM = "sum"
+    SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+    @classmethod
+    def all(cls) -> tuple[str, ...]:
+        """The four names' values, as ``tf.keras.losses.Reduction.all()``."""
+        return (cls.AUTO, cls.NONE, cls.SUM, cls.SUM_OVER_BATCH_SIZE)
+
+    @classmethod
+    def validate(cls, key: str) -> None:
+        """Raises ValueError unless ``key`` is one of `all`, as tf.keras 2's ``validate``."""
+        if key not in cls.all():
+            raise ValueError(f"reduction must be one of {list(cls.all())}. "
+                             f"Received: reduction={key!r}")
 
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -104,7 +134,8 @@ class Loss:
     Args:
         name: the loss's name; defaults to the class name in snake_case.
         reduction: one of ``"sum_over_batch_size"`` (default), ``"sum"``, ``"mean"``,
-            ``"mean_with_sample_weight"``, ``"none"`` or ``None``; applies when the loss is
+            ``"mean_with_sample_weight"``, ``"none"`` or ``None`` (or tf.keras 2's
+            `Reduction` names, ``"auto"`` meaning the default); applies when the loss is
             called directly. Inside ``fit``/``evaluate`` the loss is always the weighted
             mean over the real rows of the global batch (``tf.distribute``'s
             ``compute_average_loss``).
@@ -128,6 +159,8 @@ class Loss:
 
     def __init__(self, name: str | None = None,
                  reduction: str | None = "sum_over_batch_size") -> None:
+        if reduction == Reduction.AUTO:
+            reduction = Reduction.SUM_OVER_BATCH_SIZE
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, as in Keras. "
                              f"Received: reduction={reduction!r}")

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from mirrorfit._src.callbacks.callback import History
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
+from mirrorfit._src.layers import model_info
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.models import model_checks
 from mirrorfit._src.models.keras_models import ModelLayers, model_module
@@ -128,6 +129,7 @@ class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, M
         self.module = module
         self._state = None
         self._input_spec: Any = None
+        self._variable_axes: Any = None  # input_spec.variable_axes of _input_spec
         own_predict = hook_form(self, "predict_step", ModelHooks) is not None
         self._trainer = Trainer(self._strategy, self._adapter, keras_steps.predict_step(self)
                                 if own_predict else make_predict_step(self._adapter))
@@ -249,6 +251,9 @@ class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, M
         model_checks.check_outputs_per_example(self.module, self._adapter, params,
                                                model_state, sample)
         self._input_spec = input_spec.spec_of(sample)
+        declared = (model_info.input_spec(self.module)
+                    if model_info.is_layers_model(self.module) else None)
+        self._variable_axes = input_spec.variable_axes(declared, self._input_spec)
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(
             create_state(params, model_state, None, self.seed))._replace(opt_state=opt_state)
@@ -263,6 +268,6 @@ class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, M
         if self._state is None:
             self._build_from(x)
         else:
-            input_spec.check_matches(self._input_spec, x, name)
+            input_spec.check_matches(self._input_spec, x, name, self._variable_axes)
 
 

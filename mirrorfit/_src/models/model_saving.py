@@ -27,7 +27,8 @@ import numpy as np
 
 from mirrorfit._src.distribute import zero
 from mirrorfit._src.models import keras_models
-from mirrorfit._src.saving import keras_archive, saved_config
+from mirrorfit._src.saving import background, keras_archive, saved_config
+from mirrorfit._src.saving.background import BackgroundWriter
 from mirrorfit._src.saving.checkpoint import Checkpoint, read_latest, save, select, unflatten_like
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import require_state
@@ -93,7 +94,8 @@ def subclass_config(model) -> dict[str, Any]:
 
 
 def save_weights(model, path: str | os.PathLike, argument: str = "path",
-                 lock: DirectoryLock | None = None) -> Path:
+                 lock: DirectoryLock | None = None,
+                 writer: BackgroundWriter | None = None) -> Path | None:
     """Saves ``model`` 's params and non-param collections (see ``Model.save_weights``).
 
     Args:
@@ -101,9 +103,10 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path",
         path: the checkpoint directory.
         argument: how the caller's user names ``path`` in error messages.
         lock: the caller's held lock of ``path`` (else it is locked for this save).
+        writer: write on this `BackgroundWriter` 's thread (after a host copy here).
 
     Returns:
-        The new version directory ``<path>/ckpt-<n>``.
+        The new version directory ``<path>/ckpt-<n>`` (None when written in the background).
 
     Raises:
         ValueError: for a ``.keras`` path (``save`` writes those), or an unbuilt model.
@@ -115,12 +118,15 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path",
                          f"Received: path={os.fspath(path)!r}")
     info = _model_info(model, "weights")
     state = model.state
-    return save(path, {"params": state.params, "model_state": state.model_state}, info,
-                argument=argument, lock=lock)
+    tree = {"params": state.params, "model_state": state.model_state}
+    if writer is not None:
+        return background.save(writer, path, tree, info, argument=argument, lock=lock)
+    return save(path, tree, info, argument=argument, lock=lock)
 
 
 def save_model(model, path: str | os.PathLike, argument: str = "path",
-               lock: DirectoryLock | None = None) -> Path:
+               lock: DirectoryLock | None = None,
+               writer: BackgroundWriter | None = None) -> Path | None:
     """Saves ``model`` 's whole training state and config (see ``Model.save``).
 
     A path ending in ``.keras`` becomes one zip file (`keras_archive`).
@@ -131,9 +137,12 @@ def save_model(model, path: str | os.PathLike, argument: str = "path",
         argument: how the caller's user names ``path`` in error messages.
         lock: the caller's held lock of a directory ``path`` (else it is locked for this
             save). A ``.keras`` file is not locked: it is replaced whole, atomically.
+        writer: write a directory ``path`` on this `BackgroundWriter` 's thread (after a
+            host copy here); a ``.keras`` file is written here, after the writer's write.
 
     Returns:
-        The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
+        The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file (None when
+        written in the background).
 
     Raises:
         ValueError: for an unbuilt model.
@@ -142,8 +151,12 @@ def save_model(model, path: str | os.PathLike, argument: str = "path",
     info = _model_info(model, "model")
     state = zero.host_copy(model.strategy, model.state._asdict())  # whole, also when split
     if keras_archive.is_archive_path(path):
+        if writer is not None:
+            writer.wait()
         return keras_archive.write(path, lambda tmp: (
             save(tmp, state, info, argument=argument), info)[1], argument)
+    if writer is not None:
+        return background.save(writer, path, state, info, argument=argument, lock=lock)
     return save(path, state, info, argument=argument, lock=lock)
 
 

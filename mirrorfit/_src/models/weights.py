@@ -23,11 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mirrorfit._src.export.archive import export_model
 from mirrorfit._src.layers import summary as summary_lib
 from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.saving.background import BackgroundWriter
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import TrainState, require_state
 
@@ -171,7 +173,8 @@ class ModelVariables:
         model_saving.save_model(self, path)
 
     def save_checkpoint(self, path: str | os.PathLike, *, weights_only: bool = False,
-                        argument: str = "path", lock: DirectoryLock | None = None) -> Path:
+                        argument: str = "path", lock: DirectoryLock | None = None,
+                        writer: BackgroundWriter | None = None) -> Path | None:
         """Saves as `save_weights` (``weights_only``) or `save` do, naming ``argument`` in
         errors; the interface `mirrorfit.callbacks.ModelCheckpoint` saves through.
 
@@ -182,9 +185,13 @@ class ModelVariables:
                 (``"ModelCheckpoint filepath"``).
             lock: the caller's held `DirectoryLock` of directory ``path``, which it holds
                 for a whole ``fit``; without it, the directory is locked for this save.
+            writer: a `BackgroundWriter`: the state is copied to the host here and a
+                directory ``path`` written on the writer's thread (see
+                `mirrorfit._src.saving.background`); its errors come at its next call.
 
         Returns:
-            The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file.
+            The new version directory ``<path>/ckpt-<n>``, or the ``.keras`` file; None
+            when written in the background.
 
         Raises:
             ValueError: for an unbuilt model, a path that is an existing file, or a
@@ -193,7 +200,45 @@ class ModelVariables:
                 and the fix, if the write fails (a full disk, no permission).
         """
         save = model_saving.save_weights if weights_only else model_saving.save_model
-        return save(self, path, argument, lock)
+        return save(self, path, argument, lock, writer)
+
+    def export(self, filepath: str | os.PathLike, format: str = "tf_saved_model",
+               input_signature: Any = None, verbose: bool = True) -> None:
+        """Writes the forward pass in inference mode for serving, as ``keras.Model.export``.
+
+        The artifact needs neither the model's code nor mirrorfit: dropout is off, BatchNorm
+        uses its moving statistics, the dtype policy's compute dtype is kept, the weights are
+        inside, and any batch size is accepted. A mirrored model exports the single-device
+        program (one replica's weights, no mesh). The endpoint is ``serve``; for several,
+        use `mirrorfit.export.ExportArchive`.
+
+        Args:
+            filepath: the file (``"stablehlo"``, ``"onnx"``) or directory
+                (``"tf_saved_model"``) to write.
+            format: ``"tf_saved_model"`` (a SavedModel for TF Serving,
+                ``tf.saved_model.load(path)`` 's ``serve(x)``; needs ``mirrorfit[export]``),
+                ``"stablehlo"`` (``jax.export``; read with `mirrorfit.export.load` or
+                plain JAX) or ``"onnx"`` (for ONNX Runtime; needs ``mirrorfit[export]``).
+            input_signature: a list with one entry per positional input, each a pytree of
+                ``jax.ShapeDtypeStruct`` whose first dimension is the batch; default the
+                model's own input spec (a model with several inputs takes them as
+                positional arguments, ``serve(x1, x2)``; a dict input is one argument).
+            verbose: print where the artifact was written.
+
+        Raises:
+            ValueError: for an unbuilt model, an unknown format, or a layer that cannot be
+                exported (``exportable = False``, e.g. host-side text preprocessing).
+            ImportError: naming the ``export`` extra, if the format's converter is missing.
+
+        Example:
+            >>> model.export("model.stablehlo", format="stablehlo",
+            ...              verbose=False)
+            >>> served = mf.export.load("model.stablehlo")
+            >>> bool(np.allclose(served(x[:5]), model.predict(x[:5], verbose=0), atol=1e-6))
+            True
+        """
+        export_model(self, filepath, format=format, input_signature=input_signature,
+                     verbose=verbose)
 
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """Prints Keras' layer table for a model of ``mirrorfit.layers`` or a subclassed model

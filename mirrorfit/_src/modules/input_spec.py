@@ -60,14 +60,55 @@ def spec_of(sample: Any) -> Any:
                         lists_to_tuples(sample))
 
 
-def check_matches(spec: Any, x: Any, name: str = "x") -> None:
+def variable_axes(declared: Any, spec: Any) -> Any:
+    """Which per-example axes of each input may change from batch to batch (a tuple of bools
+    per leaf of ``spec``): the ``None`` dimensions of the model's `Input` s (``declared``);
+    for a model built from its first batch (``declared`` is ``None``), the timesteps of a
+    sequence input, as Keras runs such a model on any length: integer ``[batch, timesteps]``
+    (token ids) or float ``[batch, timesteps, features]``.
+    """
+    leaves, treedef = jax.tree.flatten(spec)
+    if declared is not None:
+        inputs = jax.tree.leaves(declared)
+        if len(inputs) == len(leaves):
+            return jax.tree.unflatten(treedef, [tuple(d is None for d in t.shape[1:])
+                                                for t in inputs])
+
+    def free(s: jax.ShapeDtypeStruct) -> tuple[bool, ...]:
+        sequence_rank = 1 if np.issubdtype(s.dtype, np.integer) else 2
+        if len(s.shape) != sequence_rank:
+            return (False,) * len(s.shape)
+        return (True,) + (False,) * (sequence_rank - 1)
+    return jax.tree.unflatten(treedef, [free(s) for s in leaves])
+
+
+def _matches(expected: tuple[int, ...], received: tuple[int, ...],
+             free: tuple[bool, ...]) -> bool:
+    return len(expected) == len(received) and all(
+        e == r or f for e, r, f in zip(expected, received, free))
+
+
+def check_matches(spec: Any, x: Any, name: str = "x", variable: Any = None) -> None:
     """Checks that batch ``x`` has the per-example shapes of ``spec``.
+
+    Args:
+        spec: the model's per-example ``jax.ShapeDtypeStruct`` s.
+        x: a batch.
+        name: the argument's name in errors.
+        variable: `variable_axes`: per leaf, the axes whose size may differ from ``spec``
+            (``None``: none).
 
     Raises:
         ValueError: naming ``name``, with the expected and received per-example shapes.
     """
     received = jax.tree.map(lambda a: np.shape(a)[1:], lists_to_tuples(x))
     expected = jax.tree.map(lambda s: s.shape, spec)
+    if received != expected and variable is not None:
+        got, got_def = jax.tree.flatten(received, is_leaf=lambda v: isinstance(v, tuple))
+        want, want_def = jax.tree.flatten(expected, is_leaf=lambda v: isinstance(v, tuple))
+        free = jax.tree.leaves(variable, is_leaf=lambda v: isinstance(v, tuple))
+        if got_def == want_def and all(map(_matches, want, got, free)):
+            return
     if received != expected:
         raise ValueError(
             f"Input {name} does not match the model: expected per-example shape "

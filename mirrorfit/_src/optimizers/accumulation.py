@@ -150,7 +150,7 @@ def resized_accumulators(arrays: Mapping[str, Any], shapes: Mapping[str, tuple[i
     for key, shape in shapes.items():
         if f"/{ACCUMULATORS}/" not in f"/{key}" or key not in arrays:
             continue
-        value = np.asarray(arrays[key])
+        value, shape = np.asarray(arrays[key]), tuple(shape)
         if value.shape == shape:
             continue
         if value.shape[1:] == shape and value.ndim == len(shape) + 1:  # slots -> params

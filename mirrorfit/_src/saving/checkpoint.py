@@ -41,6 +41,7 @@ import orbax.checkpoint as ocp
 
 from mirrorfit._src.distribute.mesh import from_chief
 from mirrorfit._src.optimizers.accumulation import resized_accumulators
+from mirrorfit._src.saving import restore_errors
 from mirrorfit._src.saving.checkpoint_files import (
     TMP_SUFFIX,
     VERSION_NAME,
@@ -353,24 +354,30 @@ def load(version: str | os.PathLike) -> Checkpoint:
         NewerFormatError: naming ``version``, if a newer mirrorfit wrote it.
         CheckpointError: naming ``version``, if any file is missing, truncated or corrupted
             (orbax fails to read it, or ``meta`` or an array fails its SHA-256 or shape).
+        PeerFailedError: naming ``version`` and the process, when orbax fails after another
+            process of the job failed (its barrier, a read cut short): not damage, so a
+            `BackupAndRestore` keeps the backup.
     """
     version = Path(version).absolute()
     damaged = (f"The checkpoint {os.fspath(version)!r} is damaged or incomplete and cannot be "
                "loaded: {detail}. Load an earlier checkpoint or save a new one.")
-    try:
-        with _checkpointer() as checkpointer:
-            meta = checkpointer.restore(version, args=ocp.args.Composite(
-                meta=ocp.args.JsonRestore()))["meta"]
-            _check_meta(meta, version, damaged)
-            entries = meta["arrays"]
-            restore_args = _nest([(e["path"], ocp.RestoreArgs(restore_type=np.ndarray))
-                                  for e in entries])
-            nested = checkpointer.restore(version, args=ocp.args.Composite(
-                arrays=ocp.args.PyTreeRestore(restore_args=restore_args)))["arrays"]
-    except CheckpointError:
-        raise
-    except Exception as err:  # orbax/tensorstore/JSON errors on damaged files
-        raise CheckpointError(damaged.format(detail=f"{type(err).__name__}: {err}")) from err
+    entries: list[dict[str, Any]] = []
+    with restore_errors.quiet_closed_loop():  # orbax's abandoned reads after a failure
+        try:
+            with _checkpointer() as checkpointer:
+                meta = checkpointer.restore(version, args=ocp.args.Composite(
+                    meta=ocp.args.JsonRestore()))["meta"]
+                _check_meta(meta, version, damaged)
+                entries = meta["arrays"]
+                restore_args = _nest([(e["path"], ocp.RestoreArgs(restore_type=np.ndarray))
+                                      for e in entries])
+                nested = checkpointer.restore(version, args=ocp.args.Composite(
+                    arrays=ocp.args.PyTreeRestore(restore_args=restore_args)))["arrays"]
+        except CheckpointError:
+            raise
+        except Exception as err:  # orbax/tensorstore/JSON errors on damaged files
+            detail = restore_errors.explain(version, [e["path"] for e in entries], err)
+            raise CheckpointError(damaged.format(detail=detail)) from err
     arrays = {key: np.asarray(value) for key, value in flatten(nested).items()}
     for entry in entries:
         key = "/".join(entry["path"])
@@ -418,8 +425,7 @@ def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], *, source: s
     """
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     keys = ["/".join(_segment(k) for k in path) for path, _ in leaves]
-    arrays = resized_accumulators(arrays, {key: tuple(leaf.shape)  # per-replica slots
-                                           for key, (_, leaf) in zip(keys, leaves)})
+    arrays = resized_accumulators(arrays, dict(zip(keys, (leaf.shape for _, leaf in leaves))))
     problems = []
     for key, (_, leaf) in zip(keys, leaves):
         expected = tuple(leaf.shape)

@@ -8,7 +8,7 @@ per-replica state: every ``accumulated_gradients`` leaf of the optimizer state g
 ``[num_replicas]`` axis placed over the ``"batch"`` axis (``P("batch")``), one slot per
 replica; every other leaf stays mirrored.
 
-`configured` flags the step config at ``compile``; `init_opt_state` and `place_opt_state`
+`configured` flags the step config at ``compile`` (through `sharded_state.configured`); `init_opt_state` and `place_opt_state`
 create and place the optimizer state so. Checkpoints hold the whole ``[num_replicas, ...]``
 arrays, so a run resumes bitwise at the same replica count; at another count (or into a
 params-shaped accumulator: a model with its own ``train_step``, a sharded optimizer state)
@@ -35,7 +35,6 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.optimizers.accumulation import per_replica_accumulators
 from mirrorfit._src.optimizers.base import Optimizer
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
-from mirrorfit._src.trainers import sharded_state
 from mirrorfit._src.trainers.step_family import StepConfig
 from mirrorfit._src.trainers.steps import BUILTIN
 
@@ -48,16 +47,11 @@ def accumulation_steps(optimizer: optax.GradientTransformation) -> int | None:
     return optimizer.gradient_accumulation_steps if isinstance(optimizer, Optimizer) else None
 
 
-def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
-    """``config`` for ``strategy``: `sharded_state.configured`, then flagged for
-    per-replica accumulation when its built-in train step runs an accumulating optimizer
-    with a mirrored optimizer state.
-
-    Raises:
-        ValueError: as `sharded_state.configured`.
-    """
-    config = sharded_state.configured(config, strategy)
-    if (config.family is not BUILTIN or strategy.shard_optimizer_state
+def configured(config: StepConfig) -> StepConfig:
+    """``config`` flagged for per-replica accumulation when its built-in train step runs an
+    accumulating optimizer with a mirrored optimizer state (called by
+    `mirrorfit._src.trainers.sharded_state.configured` when the state is not split)."""
+    if (config.family is not BUILTIN or config.shard_optimizer_state
             or accumulation_steps(config.optimizer) is None):
         return config
     return config._replace(local_accumulation=True)

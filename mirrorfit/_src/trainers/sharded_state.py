@@ -5,7 +5,9 @@ that the model's steps and optimizer can update blocks of the params, and flags 
 config (`mirrorfit._src.trainers.steps`); `state_out_specs` keeps the train step's new
 optimizer state split as its input was; `finalized` mirrors the EMA that ends ``fit``
 (the EMA lives in the optimizer state, so it is split too). With the option off each is
-what ``fit`` did before: the config as it is, ``P()`` and the unplaced EMA.
+what ``fit`` did before: the config as it is (flagged for per-replica gradient
+accumulators when the optimizer accumulates: `accumulation.configured`), ``P()`` (each
+leaf's spec when those accumulators are split over the replicas) and the unplaced EMA.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.run import specs_like
 from mirrorfit._src.optimizers.options import finalize_variable_values
 from mirrorfit._src.optimizers.sliceable import check_sliceable
+from mirrorfit._src.trainers import accumulation
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.step_family import StepConfig
 from mirrorfit._src.trainers.steps import BUILTIN
@@ -31,14 +34,15 @@ OWN_STEPS = (
 
 
 def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
-    """``config`` flagged for a sharded optimizer state when ``strategy`` shards it.
+    """``config`` flagged for a sharded optimizer state when ``strategy`` shards it, else
+    for per-replica gradient accumulators when it accumulates (`accumulation.configured`).
 
     Raises:
         ValueError: if the steps are a model's own (``train_step`` overridden) or the
             optimizer cannot update blocks (`check_sliceable`).
     """
     if not strategy.shard_optimizer_state:
-        return config
+        return accumulation.configured(config)
     if config.family is not BUILTIN:
         raise ValueError(OWN_STEPS.format(family=type(config.family).__name__))
     check_sliceable(config.optimizer)

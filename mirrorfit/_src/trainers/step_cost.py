@@ -29,6 +29,7 @@ from mirrorfit._src.callbacks.contract import StepCost
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
+from mirrorfit._src.trainers.resident import ResidentBatch, accepting_indices
 
 
 def shapes_of(args: Any) -> Any:
@@ -63,7 +64,8 @@ def step_cost(mesh: DeviceMesh, train_fn: Any, shapes: tuple[Any, Any, Batch],
         mesh: the strategy the step runs on.
         train_fn: the train call ``fit`` runs (a ``jax.jit`` function, already called with
             arguments of ``shapes``).
-        shapes: `shapes_of` ``(state, statistics, batch)`` as ``train_fn`` was called.
+        shapes: `shapes_of` ``(state, statistics, batch)`` as ``train_fn`` was called (the
+            batch may be a device-resident data set's `ResidentBatch`).
         single_step: ``None`` when ``train_fn`` runs one step; with ``steps_per_execution >
             1``, the per-replica single train step, ``(state, statistics, batch) -> (state,
             statistics)``, and the batch in ``shapes`` is stacked ``[K, global_batch, ...]``.
@@ -76,7 +78,12 @@ def step_cost(mesh: DeviceMesh, train_fn: Any, shapes: tuple[Any, Any, Batch],
     if single_step is None:
         analysis = train_fn.lower(*shapes).compile().cost_analysis()
     else:
-        batch = jax.tree.map(_one_of_stack, batch)
+        if isinstance(batch, ResidentBatch):  # the data set is whole; one step's indices
+            batch = batch._replace(index=_one_of_stack(batch.index),
+                                   mask=_one_of_stack(batch.mask))
+            single_step = accepting_indices(single_step)
+        else:
+            batch = jax.tree.map(_one_of_stack, batch)
         args = (state, statistics, batch)
         one = compile_per_replica(mesh, single_step, specs_like(mesh, args), (P(), P()))
         analysis = one.lower(*args).cost_analysis()  # type: ignore[attr-defined]

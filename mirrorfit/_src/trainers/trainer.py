@@ -9,10 +9,9 @@ queued: on the CPU backend with several devices, XLA's in-process all-reduce dea
 many collective executions are queued ("Termination timeout for all reduce").
 
 A source that runs user code (a generator, ``__getitem__``, a loader) is run ahead on a
-background thread (`mirrorfit._src.trainers.prefetch`). Arrays are gathered and placed on the calling
-thread right after the step is dispatched, which overlaps the step as well: measured at one
-device, a thread made that 6% (batch 32) to 14% (``steps_per_execution=32``, batch 256)
-slower, from GIL hand-offs and a second malloc arena (``benchmarks/README.md``).
+background thread (`mirrorfit._src.trainers.prefetch`). Arrays are gathered and placed on the
+calling thread right after the step is dispatched, which overlaps the step as well (a thread
+was 6-14% slower at one device: ``benchmarks/README.md``).
 
 A source of unknown length ends an epoch when exhausted; one that runs dry before ``fit``
 is done warns as Keras (`RAN_OUT_OF_DATA`) and stops training.
@@ -21,11 +20,9 @@ Metric statistics accumulate on the devices; the host reads them only when they 
 (a progress-bar refresh, an epoch end). After every step the model's state is the newest
 one, so an exception leaves the model at its last good state.
 
-For fault tolerance, ``fit`` publishes its position (`Progress`) in `Trainer.progress`
-before each ``on_train_batch_end``, and a callback may call `Trainer.resume_from` in
-``on_train_begin`` to continue a run mid-epoch with restored statistics
-(``mirrorfit.callbacks.BackupAndRestore`` does): the contract callbacks see,
-`mirrorfit._src.callbacks.contract.TrainingLoop`.
+For fault tolerance, ``fit`` publishes its position (`Progress`) before each
+``on_train_batch_end``, and a callback may call `Trainer.resume_from` in ``on_train_begin``
+to continue mid-epoch (``BackupAndRestore`` does): `mirrorfit._src.callbacks.contract`.
 """
 
 from __future__ import annotations
@@ -53,7 +50,14 @@ from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.trainers import accumulation, fingerprint, numerics, sharded_state, step_cost
+from mirrorfit._src.trainers import (
+    fingerprint,
+    numerics,
+    resident,
+    shape_cache,
+    sharded_state,
+    step_cost,
+)
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.prefetch import prefetch
@@ -83,10 +87,8 @@ class Trainer(TrainingLoop):
         progress: `Progress` after the newest train step of ``fit``; ``None`` outside it.
         train_data: the training data adapter of the running ``fit``; ``None`` outside it.
         train_fn: the newest compiled train step ``(state, statistics, batch)``.
-        prefetch: whether a background thread produces and places the next batches of a
-            source that runs user code (``data.runs_user_code``) while a step runs
-            (`mirrorfit._src.trainers.prefetch`); ``False`` produces them between steps. Arrays never
-            use the thread.
+        prefetch: whether a thread produces and places the next batches of a source that runs
+            user code while a step runs (`prefetch`); ``False``: between steps. Not for arrays.
     """
 
     def __init__(self, strategy: DeviceMesh, adapter: ModuleAdapter, predict_step: Callable):
@@ -106,25 +108,23 @@ class Trainer(TrainingLoop):
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
-        self._predict_step = predict_step
-        # Compiled on the first batch, once per step and argument structure (a batch with
-        # or without sample weights).
+        self._predict_step = resident.accepting_indices(predict_step)
+        # A PerShapeStep per step and argument structure (with or without sample weights).
         self._compiled: dict[Any, Callable] = {}
 
     def configure(self, config: StepConfig, steps_per_execution: int = 1) -> None:
         """Sets the loss, metrics, optimizer and step family (``compile``); later fits
         compile anew. Every train and eval step is built by ``config.family``."""
-        self.config = config = accumulation.configured(config, self.strategy)
+        self.config = config = sharded_state.configured(config, self.strategy)
         self.steps_per_execution = steps_per_execution
         self._layouts = {}
         self._warned = set()
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
-        if steps_per_execution > 1:
-            self._train_step = config.family.multi_train_step(config)
-        else:
-            self._train_step = config.family.train_step(config)
-        self._eval_step = config.family.eval_step(config)
+        self._train_step = resident.accepting_indices(
+            config.family.multi_train_step(config) if steps_per_execution > 1
+            else config.family.train_step(config))
+        self._eval_step = resident.accepting_indices(config.family.eval_step(config))
 
     def resume_from(self, point: ResumePoint) -> None:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
@@ -185,10 +185,10 @@ class Trainer(TrainingLoop):
         """The first statistics (float32 vector, mirrored) of ``kind`` steps on such batches."""
         assert self.config is not None  # set by configure (compile)
         if kind not in self._layouts:
-            sample = batch
+            sample = resident.batch_shapes(batch)  # a resident batch: its gathered shapes
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
-                sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), batch)
+                sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), sample)
             layout = stats_lib.StatsLayout.from_shapes(
                 self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
@@ -213,22 +213,21 @@ class Trainer(TrainingLoop):
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:
         key = (step, jax.tree.structure(example_args))
-        if key not in self._compiled:
-            self._compiled[key] = compile_per_replica(
+        if key not in self._compiled:  # compiles once per input shape (shape_cache)
+            kind = {id(self._train_step): "train", id(self._eval_step): "eval"}.get(id(step))
+            self._compiled[key] = shape_cache.PerShapeStep(compile_per_replica(
                 self.strategy, step, specs_like(self.strategy, example_args), out_specs,
-                donate_argnums=donate_argnums)
+                donate_argnums=donate_argnums), kind or "predict", lambda: self._warned)
         return self._compiled[key]
-
-    def _decode_eval(self, statistics) -> dict[str, float]:
-        return self._decode(statistics, "eval")
 
     # -- loops ----------------------------------------------------------------------------
 
     def _placed(self, data: DataAdapter, epoch: int = 0, start_step: int = 0, group: int = 1):
         """The epoch's batches placed on the mesh (ahead, on the prefetch thread for a source
-        that runs user code); close it after use."""
-        batches = data.batches(epoch, start_step=start_step, group=group)
-        placed = place_batches(batches, self.strategy, stacked=group > 1, local=data.local_rows)
+        that runs user code; index batches of a resident data set); close it after use."""
+        placed = (data.resident.batches(epoch, start_step, group) if data.resident is not None
+                  else place_batches(data.batches(epoch, start_step=start_step, group=group),
+                                     self.strategy, stacked=group > 1, local=data.local_rows))
         return contextlib.closing(prefetch(placed, self.prefetch and data.runs_user_code))
 
     def fit(self, model, train: DataAdapter, *, epochs: int, initial_epoch: int, callbacks,
@@ -382,9 +381,10 @@ class Trainer(TrainingLoop):
                 statistics = eval_fn(model.state, statistics, batch)
                 batch = next(batches, None)
                 in_flight.push(statistics)
-                callbacks.on_test_batch_end(step, LazyLogs(statistics, self._decode_eval))
+                callbacks.on_test_batch_end(
+                    step, LazyLogs(statistics, lambda stats: self._decode(stats, "eval")))
                 step += 1
-        values = self._decode_eval(statistics)
+        values = self._decode(statistics, "eval")
         callbacks.on_test_end(values)
         return values
 

@@ -19,7 +19,7 @@ from mirrorfit._src.metrics.reduction_metrics import Mean
 from mirrorfit._src.modules import input_spec
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.mixed_precision import Policy
-from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.trainers import data_adapters, resident
 from mirrorfit._src.trainers.compile_utils import step_config
 from mirrorfit._src.trainers.model_hooks import overridden, step_family_for
 from mirrorfit._src.trainers.multi_output import MultiOutputLoss
@@ -49,6 +49,7 @@ class TrainingAPI:
     _object_nodes: Callable[[], list[Any]]  # the Keras-style layers of a functional graph
     module: Any  # the Flax module, whose frozen layers compile reads
     _input_spec: Any  # per-example input shapes once built, to check validation data
+    _variable_axes: Any  # which of their axes may vary (input_spec.variable_axes)
     seed: int  # base seed of the shuffle order
     dtype_policy: Policy  # "mixed_float16" scales the loss
     _check_input: Callable[..., None]  # builds the model from inputs, or checks them
@@ -143,7 +144,8 @@ class TrainingAPI:
             self._strategy.check_same_across_processes(data_adapters.input_fingerprint(data))
         self._check_input(data.first_inputs())
         # a source of batches checks its first padded batch with it (DataAdapter.check_input)
-        data.check_input = functools.partial(input_spec.check_matches, self._input_spec)
+        data.check_input = functools.partial(input_spec.check_matches, self._input_spec,
+                                             variable=self._variable_axes)
         return data
 
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
@@ -152,7 +154,8 @@ class TrainingAPI:
             shuffle: bool | None = None, class_weight: dict[int, float] | None = None,
             sample_weight: Any = None, initial_epoch: int = 0,
             steps_per_epoch: int | None = None, validation_steps: int | None = None,
-            validation_batch_size: int | None = None, validation_freq: int = 1) -> History:
+            validation_batch_size: int | None = None, validation_freq: int = 1, *,
+            device_resident: bool | None = None) -> History:
         """Trains for ``epochs`` epochs with synchronous data parallelism, as ``keras.Model.fit``.
 
         Args:
@@ -184,6 +187,12 @@ class TrainingAPI:
             validation_batch_size: global batch of array validation data (default
                 ``batch_size``).
             validation_freq: validate every this many epochs.
+            device_resident: for array ``x`` (and array validation data): ``True`` places
+                the arrays on every device once and sends each step only its row indices,
+                ``False`` gathers and transfers every batch from the host, ``None`` (the
+                default) is ``True`` while the arrays fit half the free device memory (on
+                CPU devices: at one replica only). Same results either way (guide:
+                "Device-resident datasets").
 
         Returns:
             `History`: ``history.history[key]`` is a list with one float per epoch for
@@ -196,6 +205,7 @@ class TrainingAPI:
                 an iterable.
         """
         self._require_compiled("fit")
+        resident.check_setting(device_resident)
         verbose = verbosity(verbose)
         epochs = positive_int(epochs, "epochs")
         validation_freq = positive_int(validation_freq, "validation_freq")
@@ -209,9 +219,10 @@ class TrainingAPI:
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
             validation_steps=validation_steps, validation_batch_size=validation_batch_size,
             strategy=self._strategy)
+        resident.choose(device_resident, [train, validation], self._strategy)
         if validation is not None:
             input_spec.check_matches(self._input_spec, validation.first_inputs(),
-                                     "validation_data")
+                                     "validation_data", self._variable_axes)
             self._check_targets(validation, "validation_data")
             _check_validation_repeats(validation, epochs=epochs,
                                       initial_epoch=int(initial_epoch),
@@ -230,19 +241,22 @@ class TrainingAPI:
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: str | int = "auto", sample_weight: Any = None,
                  steps: int | None = None, *, return_dict: Literal[True],
-                 callbacks: Sequence[Callback] | None = None) -> dict[str, float]: ...
+                 callbacks: Sequence[Callback] | None = None,
+                 device_resident: bool | None = None) -> dict[str, float]: ...
 
     @overload
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: str | int = "auto", sample_weight: Any = None,
                  steps: int | None = None, return_dict: bool = False,
-                 callbacks: Sequence[Callback] | None = None
+                 callbacks: Sequence[Callback] | None = None, *,
+                 device_resident: bool | None = None
                  ) -> float | list[float] | dict[str, float]: ...
 
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: str | int = "auto", sample_weight: Any = None,
                  steps: int | None = None, return_dict: bool = False,
-                 callbacks: Sequence[Callback] | None = None
+                 callbacks: Sequence[Callback] | None = None, *,
+                 device_resident: bool | None = None
                  ) -> float | list[float] | dict[str, float]:
         """Loss and metrics over all examples, exact despite padding (``keras.Model.evaluate``).
 
@@ -253,6 +267,9 @@ class TrainingAPI:
             steps: batches to evaluate (default: all of ``x``).
             return_dict: return ``{"loss": ..., metric: ...}`` instead of a list.
             callbacks: list of `mirrorfit.callbacks.Callback` (``on_test_*`` hooks).
+            device_resident: ``True`` places array ``x``, ``y`` on every device first and
+                sends each step only its row indices; ``None``/``False``: the host path
+                (one pass moves the same bytes either way).
 
         Returns:
             The loss (a float) if there are no metrics, else ``[loss, *metrics]``, or a dict.
@@ -263,8 +280,10 @@ class TrainingAPI:
         """
         self._require_compiled("evaluate")
         verbose = verbosity(verbose)
+        resident.check_setting(device_resident)
         data = self._adapter_for(x, y, sample_weight, batch_size, steps=steps,
                                  with_targets=y is not None or not self._own_loss("test_step"))
+        resident.choose(device_resident, [data], self._strategy, automatic=False)
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         logs = self._trainer.evaluate(self, data, callback_list)
@@ -274,7 +293,8 @@ class TrainingAPI:
         return values[0] if len(values) == 1 else values
 
     def predict(self, x: Any, batch_size: int | None = None, verbose: str | int = "auto",
-                steps: int | None = None, callbacks: Sequence[Callback] | None = None) -> Any:
+                steps: int | None = None, callbacks: Sequence[Callback] | None = None, *,
+                device_resident: bool | None = None) -> Any:
         """Model outputs for every example, in input order (``keras.Model.predict``).
 
         Args:
@@ -283,6 +303,7 @@ class TrainingAPI:
             verbose: ``"auto"``/1 progress bar, 0 silent.
             steps: batches to predict (default: all of ``x``).
             callbacks: list of `mirrorfit.callbacks.Callback` (``on_predict_*`` hooks).
+            device_resident: as in `evaluate`.
 
         Returns:
             NumPy array(s) ``[num_examples, ...]``: exactly ``len(x)`` rows, padding removed.
@@ -293,7 +314,9 @@ class TrainingAPI:
             TypeError: for an argument of the wrong type.
         """
         verbose = verbosity(verbose)
+        resident.check_setting(device_resident)
         data = self._adapter_for(x, batch_size=batch_size, steps=steps, with_targets=False)
+        resident.choose(device_resident, [data], self._strategy, automatic=False)
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
         return self._trainer.predict(self, data, callback_list)

@@ -58,3 +58,15 @@ def test_a_process_that_raised_is_named_as_the_failure(monkeypatch, capsys, proc
     other._peer_failed(other._failure())
     assert (f"process {process_id} of the job failed with exit code 1 (see its traceback)"
             in capsys.readouterr().err)
+
+
+def test_an_error_caused_by_the_failed_peer_adds_no_local_blame(monkeypatch, capsys):
+    client = _Client()
+    client.store[failfast._FAILED_KEY] = "1 1"
+    chief, left = _watch(client, 0, monkeypatch)
+    error = failfast.PeerFailedError("Could not load the checkpoint '/b/ckpt-3': process 1 ...")
+    chief.excepthook(failfast.PeerFailedError, error, None)
+    err = capsys.readouterr().err
+    assert "process 1 of the job failed with exit code 1" in err
+    assert "Here:" not in err and "ckpt-3" not in err
+    assert left[0] == failfast.PEER_FAILED_EXIT_CODE

@@ -258,6 +258,27 @@ def test_worker_exception_under_launcher_ends_job_within_10s_with_one_traceback(
     assert (tmp_path / "done-0").exists() and not (tmp_path / "done-1").exists()
 
 
+def test_rank_stuck_in_a_step_ends_job_with_stacks_naming_it(tmp_path):
+    # Worker 1 hangs (alive) in a callback; MIRRORFIT_STEP_TIMEOUT=3 s.
+    done = subprocess.run(
+        [sys.executable, "-m", "mirrorfit.launch", "--nproc", "2", "--cpu-devices", "1",
+         FAILURE_SCRIPT, str(tmp_path), "--stuck-rank", "1"],
+        env=_env(MIRRORFIT_STEP_TIMEOUT="3"), capture_output=True, text=True, timeout=120,
+        cwd=ROOT, check=False)
+    ended = time.time()
+    output = done.stdout + done.stderr
+    assert done.returncode == mf.MultiWorkerMirroredStrategy.STUCK_EXIT_CODE == 124, output
+    assert ended - float((tmp_path / "stuck-1").read_text()) < 20, output  # 3 s + polls
+    for rank in (0, 1):  # every process: its stacks, then the verdict naming worker 1
+        assert re.search(rf"^\[{rank}\] mirrorfit: watchdog: the job made no progress for 3 s",
+                         output, flags=re.MULTILINE), output
+        assert re.search(rf"^\[{rank}\] mirrorfit: the job is stuck: .* Behind: process 1 ",
+                         output, flags=re.MULTILINE), output
+    assert re.search(r"^\[1\]\s+File .*multi_worker_failure_script.py.* in on_train_batch_end",
+                     output, flags=re.MULTILINE), output  # where it hangs
+    assert "Traceback" not in output and not (tmp_path / "done-0").exists()
+
+
 def test_chief_exception_without_launcher_ends_every_process_within_10s(tmp_path):
     # Started from TF_CONFIG (a chief and one worker); the worker waits in a collective.
     ports = [launch.free_port(), launch.free_port()]

@@ -192,3 +192,20 @@ def test_is_array_input_tells_inputs_from_iterables_of_batches():
     assert not data_lib.is_array_input([(a, a), (a, a)])  # a list of (x, y) batches
     assert not data_lib.is_array_input(iter([(a, a)]))
     assert not data_lib.is_array_input(x for x in [a])
+
+
+@pytest.mark.parametrize("group, start_step", [(1, 0), (1, 3), (3, 1)])
+def test_array_index_batches_are_the_rows_batches_gathers(group, start_step):
+    # Device-resident data is indexed by these: same rows, order, padding, masks and
+    # fillers as the host batches, from a resumed step and in steps_per_execution groups.
+    n = 23
+    x = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    data = data_lib.ArrayDataAdapter(x, np.arange(n), batch_size=5, num_replicas=3,
+                                     shuffle=True, seed=4)
+    host = list(data.batches(1, start_step=start_step, group=group))
+    indices = list(data.index_batches(1, start_step=start_step, group=group))
+    assert len(indices) == len(host) and data.steps_seen == data.steps
+    for batch, (index, mask) in zip(host, indices):
+        assert index.dtype == np.int32 and index.shape == batch.mask.shape
+        np.testing.assert_array_equal(x[index], batch.x)
+        np.testing.assert_array_equal(mask, batch.mask)

@@ -11,6 +11,10 @@ on each process of a `MultiWorkerMirroredStrategy` job:
 * a watchdog thread that polls that key every `POLL_SECONDS` and, when a peer has failed,
   prints one line naming it and leaves with `PEER_FAILED_EXIT_CODE`.
 
+`failed_peer` reads that key for code that must tell a peer's death from its own fault: a
+checkpoint restore cut short by a dead peer raises `PeerFailedError`, not "damaged" (which
+would delete a good backup), and the fail-fast line then names only the peer.
+
 A process that dies without a Python exception (killed, out of memory) is not reported
 here: on the CPU backend its peers' next gloo collective fails at once (its sockets close,
 and the excepthook adds a line saying so); when process 0 dies, JAX's runtime aborts the
@@ -47,6 +51,22 @@ _STOPPED_DIR = "mirrorfit/stopped/"  # processes stopping because a peer failed
 _EXITING_DIR = "mirrorfit/exiting/"  # processes at a normal exit
 
 
+class PeerFailedError(RuntimeError):
+    """This process's operation failed because another process of the job failed first (its
+    error, e.g. a checkpoint restore cut short at orbax's barrier, says nothing of the files)."""
+
+
+def _describe(value: str) -> str:
+    """The failure record ``"<process id> <exit code>[ lost]"`` in words."""
+    rank, _, rest = value.partition(" ")
+    code, _, lost = rest.partition(" ")
+    if lost:
+        return (f"process {rank} lost its connection to another process of the job, which "
+                f"died without a Python traceback (killed, out of memory, or a crash; see the "
+                f"output of the process that is missing)")
+    return f"process {rank} of the job failed with exit code {code} (see its traceback)"
+
+
 class _Watch:
     """The failure hooks of one process (one per process, made by `install`)."""
 
@@ -56,6 +76,7 @@ class _Watch:
         self.exit_timeout = exit_timeout
         self.before_exit = before_exit
         self.stopped = threading.Event()
+        self.leaving = threading.Event()  # `leave` ends the process from another thread
         self.previous_hook = sys.excepthook
         self.thread = threading.Thread(target=self._watch, name="mirrorfit-failfast",
                                        daemon=True)
@@ -92,11 +113,14 @@ class _Watch:
 
     def excepthook(self, exc_type, exc, tb) -> None:
         """Prints the traceback, tells the other processes, and leaves without the barrier."""
+        if self.leaving.is_set():  # an echo of the job ending (a collective cut short)
+            threading.Event().wait()  # `leave` exits the process from its thread
         self.stopped.set()
         peer = self._failure()
         if peer is not None:  # this error is the echo of a peer's failure (a closed socket)
-            self._peer_failed(peer, f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}"
-                              if str(exc) else "")
+            echo = not str(exc) or issubclass(exc_type, PeerFailedError)  # says it already
+            self._peer_failed(peer, "" if echo else
+                              f" Here: {exc_type.__name__}: {str(exc).splitlines()[0]}")
         self.previous_hook(exc_type, exc, tb)
         lost_peer = bool(_LOST_PEER.search(str(exc)))
         if lost_peer:
@@ -114,13 +138,7 @@ class _Watch:
         self._leave(code, acks_needed=self.num_processes - 1 - lost_peer)
 
     def _peer_failed(self, value: str, detail: str = "") -> None:
-        rank, _, rest = value.partition(" ")
-        code, _, lost = rest.partition(" ")
-        what = (f"process {rank} lost its connection to another process of the job, which "
-                f"died without a Python traceback (killed, out of memory, or a crash; see the "
-                f"output of the process that is missing)" if lost else
-                f"process {rank} of the job failed with exit code {code} (see its traceback)")
-        print(f"mirrorfit: {what}; stopping process {self.process_id} with exit code "
+        print(f"mirrorfit: {_describe(value)}; stopping process {self.process_id} with exit code "
               f"{PEER_FAILED_EXIT_CODE}.{detail}", file=sys.stderr, flush=True)
         if self.process_id != 0:
             with contextlib.suppress(Exception):  # best effort: process 0 waits ACK_SECONDS
@@ -162,6 +180,43 @@ class _Watch:
 
 
 _installed: _Watch | None = None
+
+
+def begin_leaving() -> None:
+    """Marks this process as leaving the job (call `leave` soon): from now on, an uncaught
+    exception in another thread (e.g. a collective cut short as the others exit) is not
+    reported, and the failure watcher stops."""
+    if _installed is not None:
+        _installed.leaving.set()
+        _installed.stopped.set()
+
+
+def leave(code: int) -> None:
+    """Exits this process with ``code`` now, as the fail-fast hooks do (no shutdown barrier).
+
+    For a decision every process takes (e.g. the stuck-rank watchdog's): a process other
+    than 0 records that it is stopping; process 0, which hosts the coordination service,
+    waits for the others (at most `ACK_SECONDS`). An exception that the job's end raises
+    meanwhile in another thread is not reported. Without `install`, exits at once.
+    """
+    watch = _installed
+    if watch is None:
+        os._exit(code)
+    begin_leaving()
+    if watch.process_id != 0:
+        with contextlib.suppress(Exception):  # best effort: process 0 waits ACK_SECONDS
+            watch.client.key_value_set(f"{_STOPPED_DIR}{watch.process_id}", "1")
+    watch._leave(code, acks_needed=watch.num_processes - 1)
+
+
+def failed_peer() -> str | None:
+    """Which process of this job failed and how, in words, if one did; else None.
+
+    Read from the coordination service, where a failing process records itself before it
+    exits; None outside a multi-process job (nothing `install` ed).
+    """
+    value = None if _installed is None else _installed._failure()
+    return None if value is None else _describe(value)
 
 
 def install(client: Any, process_id: int, num_processes: int, exit_timeout: float,

@@ -8,6 +8,8 @@ This module owns joining the job and what the strategy knows about the job's *pr
   ``jax.distributed.initialize`` once per process with gloo collectives on the CPU backend;
 * failing fast (`mirrorfit._src.distribute.multi_worker.failfast`): an uncaught exception on one process ends every
   process within seconds; gloo's connection lines are hidden (`mirrorfit._src.distribute.multi_worker.worker_output`);
+* the stuck-rank watchdog (`mirrorfit._src.distribute.multi_worker.watchdog`): a job whose
+  steps stop for ``step_timeout`` seconds ends, naming the process behind;
 * the consistency check at the start of ``fit`` (`MultiWorkerMirroredStrategy.check_same`):
   every process must train with the same global batch, input shapes and model.
 
@@ -30,7 +32,13 @@ from typing import Any
 import jax
 
 from mirrorfit._src.distribute.mesh import Device, check_same_across_processes
-from mirrorfit._src.distribute.multi_worker import cluster, failfast, rendezvous, worker_output
+from mirrorfit._src.distribute.multi_worker import (
+    cluster,
+    failfast,
+    rendezvous,
+    watchdog,
+    worker_output,
+)
 from mirrorfit._src.distribute.multi_worker.cluster import ClusterConfig, ClusterResolver
 from mirrorfit._src.distribute.strategy import MirroredStrategy
 
@@ -64,7 +72,10 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
 
     An uncaught exception on any process ends every process of the job within a few
     seconds: the failing one exits with code 1 after its traceback, the others with
-    `PEER_FAILED_EXIT_CODE` (75) after one line naming it.
+    `PEER_FAILED_EXIT_CODE` (75) after one line naming it. A job whose steps stop without
+    an exception (a process hangs while alive) ends after ``step_timeout`` seconds: every
+    process prints its Python stacks and a line naming the process(es) behind, and exits
+    with `STUCK_EXIT_CODE` (124).
 
     Args:
         coordinator_address: ``"host:port"`` of process 0's coordination service. Default:
@@ -79,6 +90,10 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             vanished) makes the others terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
         shard_optimizer_state: split the optimizer state over all replicas of the job
             (ZeRO-1/2), as `MirroredStrategy`'s argument of that name.
+        step_timeout: seconds without a completed ``fit``/``evaluate``/``predict`` step
+            (on any process, while such a loop runs) after which the job counts as stuck
+            and ends; ``0`` turns the watchdog off. Default: ``$MIRRORFIT_STEP_TIMEOUT``,
+            else 1800 (30 minutes), and off in an interactive session (IPython, Jupyter).
 
     Attributes:
         cluster_resolver: this process's `ClusterResolver` (``task_type``, ``task_id``,
@@ -102,15 +117,24 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
 
     PEER_FAILED_EXIT_CODE: int = failfast.PEER_FAILED_EXIT_CODE
     """Exit code of a process stopped because another process of the job failed."""
+    STUCK_EXIT_CODE: int = watchdog.STUCK_EXIT_CODE
+    """Exit code of every process of a job that made no progress for ``step_timeout`` s."""
 
     def __init__(self, coordinator_address: str | None = None, num_processes: int | None = None,
                  process_id: int | None = None,
                  local_device_ids: int | Sequence[int] | None = None, *,
                  initialization_timeout: int | None = None,
-                 heartbeat_timeout: int | None = None, shard_optimizer_state: bool = False):
+                 heartbeat_timeout: int | None = None, step_timeout: float | None = None,
+                 shard_optimizer_state: bool = False):
+        timeout = watchdog.resolve_timeout(step_timeout)  # checked before JAX starts
         config = initialize(coordinator_address, num_processes, process_id, local_device_ids,
                             initialization_timeout=initialization_timeout,
                             heartbeat_timeout=heartbeat_timeout)
+        if config.coordinator_address is not None:
+            from jax._src import distributed
+
+            watchdog.install(distributed.global_state.client, config.process_id,
+                             config.num_processes, timeout)
         self.cluster_resolver = ClusterResolver(config)
         super().__init__(shard_optimizer_state=shard_optimizer_state)
 

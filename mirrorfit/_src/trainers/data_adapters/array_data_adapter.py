@@ -205,26 +205,52 @@ class ArrayDataAdapter(DataAdapter):
         A partial last group is filled with fully masked batches (``mask`` all ``False``),
         which the step treats as no-ops, so every item has the same shape.
         """
-        order = self.epoch_order(epoch)
-        self.steps_seen = start_step
-        for first in range(start_step, self.steps, group):
-            indices, weights, masks = [], [], []
-            for step in range(first, first + group):
-                idx, num_real = self._step_indices(order, min(step, self.steps - 1))
-                indices.append(idx)
-                real = num_real if step < self.steps else 0
-                mask = (self._full_mask if real == self.batch_size
-                        else real_rows_mask(real, self.padded_batch_size))
-                masks.append(mask)
-                if self.sample_weight is not None:
-                    weights.append(self.sample_weight[idx] * mask)
+        for indices, masks in self._groups(epoch, start_step, group):
+            weights = [] if self.sample_weight is None else [
+                self.sample_weight[idx] * mask for idx, mask in zip(indices, masks)]
             if group > 1:
                 idx = np.concatenate([np.arange(self.num_examples)[i] if isinstance(i, slice)
                                       else i for i in indices])
             else:
                 idx = indices[0]
-            self.steps_seen = min(first + group, self.steps)
             yield self._gather(idx, weights, masks, group)
+
+    def index_batches(self, epoch: int = 0, *, start_step: int = 0, group: int = 1
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The rows `batches` would gather, as indices: what a device-resident copy of the
+        arrays is indexed by (`mirrorfit._src.trainers.resident`).
+
+        Same order, padding and filler steps as `batches`.
+
+        Yields:
+            ``(index, mask)`` per item: int32 row indices and the bool mask, each
+            ``[padded_batch_size]`` (``[group, padded_batch_size]`` when ``group > 1``). The
+            mask of a full batch is always the same array object.
+        """
+        rows = np.arange(self.num_examples, dtype=np.int32)
+        for indices, masks in self._groups(epoch, start_step, group):
+            index = [rows[i] if isinstance(i, slice) else i.astype(np.int32) for i in indices]
+            if group > 1:
+                yield np.stack(index), np.stack(masks)
+            else:
+                yield index[0], masks[0]
+
+    def _groups(self, epoch: int, start_step: int, group: int
+                ) -> Iterator[tuple[list[Any], list[np.ndarray]]]:
+        """Per yielded item, the row indices (`_step_indices`) and masks of its ``group``
+        steps; sets `steps_seen`."""
+        order = self.epoch_order(epoch)
+        self.steps_seen = start_step
+        for first in range(start_step, self.steps, group):
+            indices, masks = [], []
+            for step in range(first, first + group):
+                idx, num_real = self._step_indices(order, min(step, self.steps - 1))
+                indices.append(idx)
+                real = num_real if step < self.steps else 0
+                masks.append(self._full_mask if real == self.batch_size
+                              else real_rows_mask(real, self.padded_batch_size))
+            self.steps_seen = min(first + group, self.steps)
+            yield indices, masks
 
     def _step_indices(self, order, step):
         """Rows of a step: a slice when they are in order and need no padding (no copy)."""

@@ -53,6 +53,9 @@ class DataAdapter(abc.ABC):
             fit. A source of batches calls it on the first batch it pads, whose per-example
             shapes every later batch must have; arrays never do (`first_inputs` is all of
             ``x``, checked by the model already).
+        resident: ``None`` for the host path; for device-resident arrays, the
+            `mirrorfit._src.trainers.resident.DeviceResident` that places them once and
+            yields index batches (set by ``fit``, ``evaluate`` and ``predict``).
     """
 
     steps: int | None
@@ -63,6 +66,7 @@ class DataAdapter(abc.ABC):
     kind: str
     steps_seen: int = 0
     check_input: Callable[[Any], None] | None = None
+    resident: Any = None
 
     @abc.abstractmethod
     def first_inputs(self) -> Any:

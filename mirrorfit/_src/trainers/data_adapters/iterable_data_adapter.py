@@ -184,6 +184,18 @@ class IterableDataAdapter(DataAdapter):
             raise ValueError(BATCH_SAMPLE_WEIGHT_ROWS.format(kind=self.kind, rows=rows,
                                                              shape=got))
 
+    def _model_accepts(self, x: Any) -> bool:
+        """Whether the model takes ``x``, whose per-example shapes differ from the first
+        batch's: sequences of another length for a model of variable-length inputs (each
+        distinct shape compiles its own step)."""
+        if self.check_input is None:
+            return False
+        try:
+            self.check_input(x)
+        except ValueError:
+            return False
+        return True
+
     def _pad(self, x, y, sample_weight) -> Batch:
         x, y = jax.tree.map(to_numpy, (x, y))
         input_checks.check_numeric(x, "x")
@@ -200,7 +212,7 @@ class IterableDataAdapter(DataAdapter):
             self._full_rows = rows
             self._full_mask = real_rows_mask(rows, self.padded_batch_size)
             self._example_shapes = shapes
-        elif shapes != self._example_shapes:
+        elif shapes != self._example_shapes and not self._model_accepts(x):
             raise ValueError(
                 "Every batch of an iterable input must have the per-example shapes of the "
                 f"first one, (x, y) = {self._example_shapes} (without the batch dimension): "
