@@ -33,7 +33,7 @@ def test_load_model_rebuilds_the_host_layers_with_their_vocabulary(text_model, t
         loaded = mf.load_model(tmp_path / name)
     np.testing.assert_allclose(loaded.predict(TEXTS, batch_size=4, verbose=0),
                                model.predict(TEXTS, batch_size=4, verbose=0), rtol=1e-6)
-    (restored,) = loaded._host_layers
+    restored = loaded.layers[0]
     assert restored is not vectorize and restored.get_config() == vectorize.get_config()
     assert restored.get_vocabulary() == vectorize.get_vocabulary()
 
@@ -50,3 +50,15 @@ def test_model_call_and_on_batch_methods_apply_host_layers_to_strings(text_model
     before = np.asarray(model(ids))
     assert np.isfinite(model.train_on_batch(list(TEXTS[:3]), LABELS[:3]))
     assert not np.allclose(model(ids), before)  # the step trained on the vectorized strings
+
+
+def test_host_layers_lead_model_layers_and_summary_without_weights(text_model):
+    model, vectorize = text_model
+    assert model.layers[0] is vectorize and model.get_layer(vectorize.name) is vectorize
+    assert [w.shape for w in model.get_weights()] == [(8, 4), (4, 2), (2,)]  # Keras' order
+    lines = []
+    model.summary(print_fn=lines.append)
+    rows = [line for line in lines[0].splitlines() if line.startswith("│ ")]
+    cells = [cell.strip() for cell in rows[0].split("│")[1:4]]
+    assert cells == [vectorize.name, "(None, 5)", "0"]  # the type wraps to the next line
+    assert "Total params: 42" in lines[0]  # Embedding 8*4 + Dense 4*2+2

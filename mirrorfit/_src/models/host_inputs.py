@@ -7,7 +7,8 @@ rebuilt model takes raw strings as the saved one did. ``fit``/``evaluate``/``pre
 (``validation_data`` too) and the ``*_on_batch`` methods apply them to ``x``: arrays, lists
 and generators of batches. ``model(x)`` applies them when ``x`` holds strings (NumPy dtype
 kind ``U``, ``S`` or ``O``, or a list of ``str``); otherwise it takes the host layers'
-outputs, e.g. ``model(vectorize(texts))``.
+outputs, e.g. ``model(vectorize(texts))``. They lead ``model.layers`` and the summary
+(`mirrorfit._src.models.keras_models`), and have no weights.
 """
 
 from __future__ import annotations

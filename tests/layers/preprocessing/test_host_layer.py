@@ -31,3 +31,14 @@ def test_serializing_a_host_layer_with_a_python_function_raises_naming_it():
     custom = mf.layers.TextVectorization(standardize=str.upper, vocabulary=["A"], name="upper")
     with pytest.raises(TypeError, match="'upper' as JSON"):
         serialize_host_layer(custom)
+
+
+def test_output_shapes_come_from_the_config_as_keras():
+    assert mf.layers.TextVectorization(output_sequence_length=7).compute_output_shape(
+        (None,)) == (None, 7)
+    multi_hot = mf.layers.TextVectorization(output_mode="multi_hot", vocabulary=["a", "b"])
+    assert multi_hot.compute_output_shape((None,)) == (None, 3)  # "[UNK]", a, b
+    counts = mf.layers.IntegerLookup(output_mode="count", max_tokens=10,
+                                     pad_to_max_tokens=True, vocabulary=[1, 2])
+    assert counts.compute_output_shape((None, 4)) == (None, 10)
+    assert mf.layers.StringLookup().compute_output_shape((None, 4)) == (None, 4)

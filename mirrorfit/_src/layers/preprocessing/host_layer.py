@@ -61,6 +61,12 @@ class HostLayer:
     def get_weights(self) -> list[Any]:
         return []
 
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]
+                             ) -> tuple[int | None, ...]:
+        """The output's shape (``None`` batch) for inputs of ``input_shape``, from the
+        config, as Keras' (the summary's "Output Shape")."""
+        return tuple(input_shape)
+
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name}
 

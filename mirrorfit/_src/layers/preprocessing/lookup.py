@@ -257,6 +257,14 @@ class IndexLookup(HostLayer):
         out = encode(list(rows), self.output_mode, depth, self.idf_weights)
         return out[0] if indices.ndim <= 1 and self.output_mode != "one_hot" else out
 
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]
+                             ) -> tuple[int | None, ...]:
+        """``input_shape`` in ``"int"`` mode, else ``(batch, depth)``, as Keras'."""
+        if self.output_mode == "int":
+            return tuple(input_shape)
+        depth = self.max_tokens if self.pad_to_max_tokens else self.vocabulary_size()
+        return (input_shape[0], depth)
+
     def get_assets(self) -> dict[str, Any]:
         """The vocabulary (special tokens first) and, for ``"tf_idf"``, the IDF weights
         ``[vocabulary_size]``; ``{}`` before ``adapt``/``set_vocabulary``."""

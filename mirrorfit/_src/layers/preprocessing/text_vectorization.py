@@ -178,6 +178,14 @@ class TextVectorization(HostLayer):
         """Sets the vocabulary (and IDF weights for ``"tf_idf"``), as Keras."""
         self._lookup.set_vocabulary(vocabulary, idf_weights)
 
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]
+                             ) -> tuple[int | None, ...]:
+        """``(batch, output_sequence_length)`` in ``"int"`` mode, else the lookup's
+        ``(batch, depth)``, as Keras'."""
+        if self.output_mode == "int":
+            return (input_shape[0], self.output_sequence_length)
+        return self._lookup.compute_output_shape((input_shape[0], None))
+
     def get_assets(self) -> dict[str, Any]:
         return self._lookup.get_assets()
 
