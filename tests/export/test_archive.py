@@ -106,11 +106,20 @@ def test_unbuilt_model_is_refused_with_how_to_build_it(tmp_path):
 
 
 def test_model_with_a_host_side_layer_is_refused(tmp_path):
+    # A host layer inside a subclassed model, and TextVectorization leading a Sequential.
     with mirrored_strategy(1).scope():
         model = Subclassed(lookup=True)
     model(np.zeros((2, 6), np.float32))
     with pytest.raises(ValueError, match="HostLookup.*cannot be exported.*exportable = False"):
         model.export(tmp_path / "m", format="stablehlo")
+    vectorize = mf.layers.TextVectorization(max_tokens=8, output_sequence_length=3)
+    vectorize.adapt(["a b c", "b c d"])
+    with mirrored_strategy(1).scope():
+        text_model = mf.Sequential([vectorize, mf.layers.Embedding(8, 2),
+                                    mf.layers.GlobalAveragePooling1D()])
+    text_model.predict(np.array(["a b", "c d"]), verbose=0)
+    with pytest.raises(ValueError, match="TextVectorization.*cannot be exported"):
+        text_model.export(tmp_path / "t", format="stablehlo")
 
 
 def test_unknown_format_lists_the_known_ones(tmp_path):

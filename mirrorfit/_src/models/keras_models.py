@@ -12,6 +12,8 @@ that ``mf.load_model`` rebuilds it.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -68,18 +70,21 @@ class ModelLayers:
     """``model.layers`` and ``model.get_layer`` (as Keras); mixed into `Model`."""
 
     module: Any  # the Flax module; owned by `Model`
+    _host_layers: Sequence[Any]  # owned by `HostInputs`: applied to x before the module
 
     @property
     def layers(self) -> list[Any]:
-        """The layers in Keras' order: Sequential order, or the functional graph's.
+        """The layers in Keras' order: Sequential order (host layers first), or the
+        functional graph's.
 
         Raises:
             TypeError: for a Flax module that is neither a layers model nor a list of layers.
         """
         if is_layers_model(self.module):
-            return [layer for _, layer in model_info.model_layers(self.module)]
+            return [*self._host_layers,
+                    *(layer for _, layer in model_info.model_layers(self.module))]
         if isinstance(self.module, KerasSequential):
-            return list(self.module.layers)
+            return [*self._host_layers, *self.module.layers]
         raise TypeError("model.layers needs a model of mirrorfit.layers or an mf.Sequential list;"
                         f" use the Flax module's own attributes. Received: module of type "
                         f"{type(self.module).__name__}")
@@ -98,6 +103,9 @@ class ModelLayers:
             if not -len(layers) <= index < len(layers):
                 raise ValueError(f"The model has {len(layers)} layers. Received: index={index}")
             return layers[index]
+        host = [layer for layer in self._host_layers if layer.name == name]
+        if host:
+            return host[0]
         if not is_layers_model(self.module):
             raise ValueError("get_layer(name=...) needs a model of mirrorfit.layers (whose "
                              f"layers have names); use index=. Received: name={name!r}")
@@ -123,9 +131,18 @@ def from_architecture(config: dict[str, Any], custom_objects: dict[str, Any] | N
     return config_lib.module_from_config(config, custom_objects)
 
 
-def summary_text(module: nn.Module, params: Any, model_state: Any, sample: Any) -> str:
+def summary_text(module: nn.Module, params: Any, model_state: Any, sample: Any,
+                 host_layers: Sequence[Any] = ()) -> str:
     """Keras 3's ``model.summary()`` table of a layers model (``sample``: a batch ``[1, ...]``
-    of its inputs, for the output shapes of a Sequential built without an `Input`)."""
-    rows = summary_lib.summary_rows(module, {"params": params, **model_state}, sample)
+    of its inputs, for the output shapes of a Sequential built without an `Input`), after a
+    row per host layer (no weights; output shape from its config, for string inputs
+    ``[batch]``)."""
+    summary = summary_lib.summary_rows(module, {"params": params, **model_state}, sample)
+    shape: tuple[int | None, ...] = (None,)
+    rows = []
+    for layer in host_layers:
+        shape = layer.compute_output_shape(shape)
+        rows.append(summary_lib.LayerRow(layer.name, type(layer).__name__, shape, 0, 0))
+    summary = dataclasses.replace(summary, rows=[*rows, *summary.rows])
     default = "sequential" if isinstance(module, SequentialModule) else "functional"
-    return summary_lib.format_summary(rows, name=module.name or default)
+    return summary_lib.format_summary(summary, name=module.name or default)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mirrorfit._src.layers.preprocessing.host_layer import deserialize_host_layer
 from mirrorfit._src.models.keras_models import from_architecture
 from mirrorfit._src.models.model import Model
 from mirrorfit._src.models.model_saving import decode_input_spec, restore_into
@@ -47,7 +48,9 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     Returns:
         A built `Model`, with the saved dtype policy, compiled as the saved one was
         (optimizer, its state, loss, metrics, ``steps_per_execution``), with the saved
-        weights, step and RNG key: training continues exactly where it stopped.
+        weights, step and RNG key: training continues exactly where it stopped. A saved
+        `Sequential` 's host layers (`TextVectorization`, ...: config and vocabulary) are
+        rebuilt and applied to ``x`` again, so the model takes raw strings.
 
     Raises:
         ValueError: if a compile argument without a config was not passed (listing them), if
@@ -75,6 +78,9 @@ def load_model(path: str | os.PathLike, module: Any = None, *, optimizer: Any = 
     else:
         model = _module_model(found.info, module, custom_objects, os.fspath(path), input_shape,
                               input_dtype)
+    if "host_layers" in found.info:  # a Sequential's, applied to x on the host
+        model._host_layers = [deserialize_host_layer(config, custom_objects)
+                              for config in found.info["host_layers"]]
     stored = found.info.get("compile")
     if compile and stored is not None:
         given = {"optimizer": optimizer, "loss": loss, "metrics": metrics}

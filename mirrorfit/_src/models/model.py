@@ -8,7 +8,8 @@ through `Model.assign_state`. It holds no training logic of its own. As in Keras
 `mirrorfit._src.trainers.model_hooks.ModelHooks` (compute_loss/train_step/test_step/
 predict_step), `mirrorfit._src.trainers.model_metrics.ModelMetrics` (``metrics``),
 `mirrorfit._src.models.model_calls.ModelCalls` (``model(x)``, ``*_on_batch``, ``optimizer``) and
-`mirrorfit._src.models.weights.ModelVariables` (weights, saving, summary).
+`mirrorfit._src.models.weights.ModelVariables` (weights, saving, summary), and
+`mirrorfit._src.models.host_inputs.HostInputs` (host layers applied to ``x``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_sco
 from mirrorfit._src.layers import model_info
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.models import model_checks
+from mirrorfit._src.models.host_inputs import HostInputs
 from mirrorfit._src.models.keras_models import ModelLayers, model_module
 from mirrorfit._src.models.model_calls import ModelCalls
 from mirrorfit._src.models.object_model import ObjectModel, in_object_context
@@ -42,8 +44,8 @@ from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
 
 
-class Model(TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables, ModelLayers,
-            ObjectModel, Layer):
+class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables,
+            ModelLayers, ObjectModel, Layer):
     """A Flax module, or a Keras-style subclass, with Keras' ``compile``/``fit``/``evaluate``/
     ``predict``, mirrored.
 

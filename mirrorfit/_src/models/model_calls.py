@@ -22,7 +22,6 @@ from mirrorfit._src.models.object_model import TRACED_CALL, in_object_context, i
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
-from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 from mirrorfit._src.trainers.state import TrainState, require_state
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -48,6 +47,9 @@ class ModelCalls:
     _adapter_for: Callable[..., Any]
     _require_compiled: Callable[[str], None]
     _own_loss: Callable[[str], bool]  # whether the model's hooks need no targets
+    # Owned by `HostInputs`: the host layers applied to x (on strings only, in model(x)).
+    _on_host_if_strings: Callable[[Any], Any]
+    _batch_rows: Callable[[Any], int]
     # Owned by `ModelHooks`: model(x) records the losses it sowed there.
     _sown: list[Any] | None
 
@@ -150,7 +152,7 @@ class ModelCalls:
         if kwargs or not args:
             raise TypeError("model(x, training=False) takes the inputs positionally. "
                             f"Received: {len(args)} positional arguments and {sorted(kwargs)}")
-        x = args[0] if len(args) == 1 else tuple(args)
+        x = self._on_host_if_strings(args[0] if len(args) == 1 else tuple(args))
         self._pull()
         self._check_input(x)
         if self._jitted_forward is None:
@@ -180,7 +182,7 @@ class ModelCalls:
         Returns:
             NumPy outputs ``[batch, ...]``.
         """
-        return self.predict(x, batch_size=num_rows(x, "x"), verbose=0)
+        return self.predict(x, batch_size=self._batch_rows(x), verbose=0)
 
     def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
                        class_weight: Mapping[int, float] | None = None,
@@ -207,7 +209,8 @@ class ModelCalls:
             TypeError: for a ``class_weight`` that is not ``{int: float}``.
         """
         self._require_compiled("train_on_batch")
-        data = self._adapter_for(x, y, sample_weight, num_rows(x, "x"), class_weight=class_weight,
+        data = self._adapter_for(x, y, sample_weight, self._batch_rows(x),
+                                 class_weight=class_weight,
                                  with_targets=y is not None or not self._own_loss("train_step"))
         return _format(self._trainer.train_on_batch(self, data), return_dict)
 
@@ -218,7 +221,7 @@ class ModelCalls:
         Returns:
             As `train_on_batch`.
         """
-        return self.evaluate(x, y, batch_size=num_rows(x, "x"), sample_weight=sample_weight,
+        return self.evaluate(x, y, batch_size=self._batch_rows(x), sample_weight=sample_weight,
                              verbose=0, return_dict=return_dict)
 
 

@@ -11,7 +11,9 @@ the model, so that `mirrorfit._src.models.loading.load_model` can rebuild it:
 * ``architecture``: the JSON of a model of ``mirrorfit.layers`` whose layers all have a
   config;
 * for ``kind="model"``: ``compile`` and ``module``, the compile arguments and module fields
-  as JSON (`mirrorfit._src.saving.saved_config`).
+  as JSON (`mirrorfit._src.saving.saved_config`);
+* ``host_layers``, for a model with host layers (`mirrorfit._src.models.host_inputs`): each
+  one's config and adapted vocabulary (`serialize_host_layer`).
 
 A path ending in ``.keras`` is one zip file (`mirrorfit._src.saving.keras_archive`).
 """
@@ -26,6 +28,7 @@ import jax
 import numpy as np
 
 from mirrorfit._src.distribute import zero
+from mirrorfit._src.layers.preprocessing.host_layer import serialize_host_layer
 from mirrorfit._src.models import keras_models
 from mirrorfit._src.saving import background, keras_archive, saved_config
 from mirrorfit._src.saving.background import BackgroundWriter
@@ -75,6 +78,8 @@ def _model_info(model, kind: str) -> dict[str, Any]:
         info["module"] = saved_config.module_config(model.module)
     if kind == "model":
         info["compile"] = saved_config.serialize_compile(model.compile_config)
+    if model._host_layers:  # applied to x on the host, outside the module
+        info["host_layers"] = [serialize_host_layer(layer) for layer in model._host_layers]
     return info
 
 

@@ -6,9 +6,9 @@ its ``name=``). A list of plain Flax modules and functions runs as `KerasSequent
 (``flax.linen.Sequential``, params under ``layers_0``, ``layers_1``, ...), as before.
 
 Host layers first in the list (`TextVectorization`, `StringLookup`, `IntegerLookup`: NumPy on
-the host) are not part of the module: ``fit``/``evaluate``/``predict`` (``validation_data``
-too) apply them to ``x`` on the host, before the batches reach the devices; ``model(x)``
-takes the host layers' outputs (``model(vectorize(texts))``).
+the host) are not part of the module: the model applies them to ``x`` on the host, before the
+batches reach the devices (`mirrorfit._src.models.host_inputs`), and ``model.save`` stores
+them.
 """
 
 from __future__ import annotations
@@ -17,21 +17,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
-import numpy as np
 
 from mirrorfit._src.layers.functional import KerasTensor
 from mirrorfit._src.layers.input_layer import InputLayer
 from mirrorfit._src.layers.layer import Layer
-from mirrorfit._src.layers.preprocessing.host_layer import apply_host_layers, split_host_layers
+from mirrorfit._src.layers.preprocessing.host_layer import split_host_layers
 from mirrorfit._src.layers.sequential import sequential_module
 from mirrorfit._src.models.keras_models import model_module
 from mirrorfit._src.models.model import Model
 from mirrorfit._src.modules.adapters import sequential
-
-HOST_SOURCE = (
-    "This Sequential starts with host layers ({names}), which it applies to arrays, lists "
-    "and generators of batches. Apply them in your input pipeline for other sources, e.g. "
-    "dataset.map(lambda x, y: (vectorize(x), y)). Received: x of type {kind}")
 
 
 def module_of(layers: list[Any], name: str | None = None) -> nn.Module:
@@ -98,32 +92,3 @@ class Sequential(Model):
         self._set_module(module, self._adapt(module), self._input_shape, sample)
         if self._compile_config is not None:
             self.compile(**self._compile_config)
-
-    # -- host layers ------------------------------------------------------------------
-    def _on_host(self, x: Any) -> Any:
-        """``x`` (arrays, or a generator of ``(x, ...)`` batches) through the host layers."""
-        if not self._host_layers or x is None:
-            return x
-        if isinstance(x, (np.ndarray, list, tuple, str)) or hasattr(x, "__array__"):
-            return apply_host_layers(self._host_layers, x)
-        if iter(x) is x:  # a generator: map its batches lazily
-            return (self._on_host_batch(batch) for batch in x)
-        names = ", ".join(type(layer).__name__ for layer in self._host_layers)
-        raise TypeError(HOST_SOURCE.format(names=names, kind=type(x).__name__))
-
-    def _on_host_batch(self, batch: Any) -> Any:
-        """One batch of a generator: ``(x, y[, w])`` (a tuple, or a list not of strings) gets
-        ``x`` mapped; anything else is ``x``."""
-        if isinstance(batch, tuple) or (isinstance(batch, list) and batch
-                                        and not isinstance(batch[0], (str, bytes))):
-            return (apply_host_layers(self._host_layers, batch[0]), *batch[1:])
-        return apply_host_layers(self._host_layers, batch)
-
-    def _adapter_for(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return super()._adapter_for(self._on_host(x), *args, **kwargs)
-
-    def fit(self, *args: Any, **kwargs: Any) -> Any:
-        validation = kwargs.get("validation_data")
-        if self._host_layers and isinstance(validation, tuple):
-            kwargs["validation_data"] = (self._on_host(validation[0]), *validation[1:])
-        return super().fit(*args, **kwargs)

@@ -90,6 +90,7 @@ class ModelVariables:
     _input_spec: Any  # per-example input shapes: the sample batch of init and summary
     seed: int  # the init seed (creation order, summary)
     assign_state: Callable[..., None]  # set_weights's only write path
+    _host_layers: Sequence[Any]  # owned by `HostInputs`: the summary's first rows
 
     @property
     def params(self) -> Any:
@@ -251,7 +252,7 @@ class ModelVariables:
         state = require_state(self._state)
         if is_layers_model(self.module):
             print_fn(keras_models.summary_text(self.module, state.params, state.model_state,
-                                               self._sample_batch()))
+                                               self._sample_batch(), self._host_layers))
             return
         if self.module is self:  # a subclassed model: Keras' table of its layers
             print_fn(summary_lib.format_summary(summary_lib.layer_summary(self),

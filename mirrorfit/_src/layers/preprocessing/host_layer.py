@@ -4,15 +4,20 @@ layers): strings never enter the compiled step.
 Called on a list or array they return NumPy arrays. A `mirrorfit.Sequential` whose first
 layers are host layers applies them to ``x`` on the host in ``fit``/``evaluate``/``predict``,
 before the batch is placed on the devices; a functional model cannot hold one (called on an
-`Input` it raises `HOST_LAYER_IN_GRAPH`).
+`Input` it raises `HOST_LAYER_IN_GRAPH`). ``model.save`` stores each one as
+`serialize_host_layer` (its config and its adapted state, `HostLayer.get_assets`), and
+``mf.load_model`` rebuilds it with `deserialize_host_layer`.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from mirrorfit._src.layers import functional
 from mirrorfit._src.layers.name_scope import unique_name
+from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.naming import snake_case
 
 HOST_LAYER_IN_GRAPH = (
@@ -58,12 +63,59 @@ class HostLayer:
     def get_weights(self) -> list[Any]:
         return []
 
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]
+                             ) -> tuple[int | None, ...]:
+        """The output's shape (``None`` batch) for inputs of ``input_shape``, from the
+        config, as Keras' (the summary's "Output Shape")."""
+        return tuple(input_shape)
+
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HostLayer:
         return cls(**config)
+
+    def get_assets(self) -> dict[str, Any]:
+        """What ``adapt`` learned, as JSON (Keras' ``save_assets``; the config keeps only the
+        constructor's arguments, as Keras'). ``{}``: nothing learned."""
+        return {}
+
+    def set_assets(self, assets: dict[str, Any]) -> None:
+        """Restores `get_assets` (Keras' ``load_assets``)."""
+        del assets  # nothing to restore
+
+
+def serialize_host_layer(layer: HostLayer) -> dict[str, Any]:
+    """``registry.serialize(layer)`` plus ``"assets"``: `HostLayer.get_assets`, as JSON.
+
+    Raises:
+        TypeError: the config holds a value JSON cannot store (a Python function as
+            ``standardize`` or ``split``).
+    """
+    config = {**registry.serialize(layer), "assets": layer.get_assets()}
+    try:
+        json.dumps(config)
+    except TypeError as err:
+        raise TypeError(
+            f"Saving a model stores its host layer {layer.name!r} as JSON (never code), so "
+            "its arguments must be names or values: give standardize=/split= by name (e.g. "
+            "'lower_and_strip_punctuation'), or apply the layer in your input pipeline and "
+            f"save the model without it. Received: {err}") from None
+    return config
+
+
+def deserialize_host_layer(config: dict[str, Any],
+                           custom_objects: dict[str, Any] | None = None) -> HostLayer:
+    """The host layer `serialize_host_layer` described, with its learned state.
+
+    Raises:
+        ValueError: its class is not found (see `mirrorfit._src.utils.registry.deserialize`).
+    """
+    layer = registry.deserialize({k: v for k, v in config.items() if k != "assets"},
+                                 custom_objects)
+    layer.set_assets(config.get("assets") or {})
+    return layer
 
 
 def is_host_layer(layer: Any) -> bool:
@@ -87,7 +139,7 @@ def split_host_layers(layers: list[Any]) -> tuple[list[HostLayer], list[Any]]:
     return list(layers[:count]), list(layers[count:])
 
 
-def apply_host_layers(layers: list[HostLayer], x: Any) -> Any:
+def apply_host_layers(layers: Sequence[HostLayer], x: Any) -> Any:
     """``x`` through ``layers`` in order (NumPy on the host)."""
     for layer in layers:
         x = layer(x)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from mirrorfit._src.layers.base import register
 from mirrorfit._src.layers.preprocessing.host_layer import HostLayer
 
 OUTPUT_MODES = ("int", "one_hot", "multi_hot", "count", "tf_idf")
@@ -256,6 +257,26 @@ class IndexLookup(HostLayer):
         out = encode(list(rows), self.output_mode, depth, self.idf_weights)
         return out[0] if indices.ndim <= 1 and self.output_mode != "one_hot" else out
 
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]
+                             ) -> tuple[int | None, ...]:
+        """``input_shape`` in ``"int"`` mode, else ``(batch, depth)``, as Keras'."""
+        if self.output_mode == "int":
+            return tuple(input_shape)
+        depth = self.max_tokens if self.pad_to_max_tokens else self.vocabulary_size()
+        return (input_shape[0], depth)
+
+    def get_assets(self) -> dict[str, Any]:
+        """The vocabulary (special tokens first) and, for ``"tf_idf"``, the IDF weights
+        ``[vocabulary_size]``; ``{}`` before ``adapt``/``set_vocabulary``."""
+        if not self._tokens:
+            return {}
+        weights = None if self.idf_weights is None else self.idf_weights.tolist()
+        return {"vocabulary": self.get_vocabulary(), "idf_weights": weights}
+
+    def set_assets(self, assets: dict[str, Any]) -> None:
+        if assets:
+            self.set_vocabulary(assets["vocabulary"], assets.get("idf_weights"))
+
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "max_tokens": self.max_tokens,
                 "num_oov_indices": self.num_oov_indices, "mask_token": self.mask_token,
@@ -266,6 +287,7 @@ class IndexLookup(HostLayer):
                 "pad_to_max_tokens": self.pad_to_max_tokens, "sparse": self.sparse}
 
 
+@register
 class StringLookup(IndexLookup):
     """Strings to indices (or back, ``invert=True``), as ``keras.layers.StringLookup``.
 
@@ -317,6 +339,7 @@ class StringLookup(IndexLookup):
         return {**super().get_config(), "encoding": self.encoding}
 
 
+@register
 class IntegerLookup(IndexLookup):
     """Integers to indices (or back, ``invert=True``), as ``keras.layers.IntegerLookup``.
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from mirrorfit._src.layers.base import register
 from mirrorfit._src.layers.preprocessing.host_layer import HostLayer
 from mirrorfit._src.layers.preprocessing.lookup import StringLookup
 
@@ -35,6 +36,7 @@ def _strings(inputs: Any) -> np.ndarray:
                         otypes=[object])(array) if array.size else array
 
 
+@register
 class TextVectorization(HostLayer):
     """Strings ``[batch]`` (or ``[batch, 1]``) to token indices ``[batch, length]`` or
     encoded vectors ``[batch, vocabulary_size]``, as ``keras.layers.TextVectorization``.
@@ -175,6 +177,20 @@ class TextVectorization(HostLayer):
     def set_vocabulary(self, vocabulary: Any, idf_weights: Any = None) -> None:
         """Sets the vocabulary (and IDF weights for ``"tf_idf"``), as Keras."""
         self._lookup.set_vocabulary(vocabulary, idf_weights)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]
+                             ) -> tuple[int | None, ...]:
+        """``(batch, output_sequence_length)`` in ``"int"`` mode, else the lookup's
+        ``(batch, depth)``, as Keras'."""
+        if self.output_mode == "int":
+            return (input_shape[0], self.output_sequence_length)
+        return self._lookup.compute_output_shape((input_shape[0], None))
+
+    def get_assets(self) -> dict[str, Any]:
+        return self._lookup.get_assets()
+
+    def set_assets(self, assets: dict[str, Any]) -> None:
+        self._lookup.set_assets(assets)
 
     # -- call -----------------------------------------------------------------------
     def call(self, inputs: Any) -> np.ndarray:
