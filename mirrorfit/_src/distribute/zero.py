@@ -153,8 +153,11 @@ def gather_blocks(blocks: Any, like: Any) -> Any:
 def host_copy(mesh: DeviceMesh, tree: Any) -> Any:
     """``tree`` (a training state) on the host, whole, for a checkpoint.
 
-    ``jax.device_get``, or with a sharded optimizer state ``mesh.fetch``, which also
-    all-gathers leaves split over the devices of several processes: then every process
-    calls it at the same point (as every process writes a checkpoint).
+    ``jax.device_get``, or with a sharded optimizer state (or other leaves split over the
+    devices of several processes, such as per-replica gradient accumulators) ``mesh.fetch``,
+    which also all-gathers those: then every process calls it at the same point (as every
+    process writes a checkpoint).
     """
-    return mesh.fetch(tree) if mesh.shard_optimizer_state else jax.device_get(tree)
+    split = not all(leaf.is_fully_addressable for leaf in jax.tree.leaves(tree)
+                    if isinstance(leaf, jax.Array))
+    return mesh.fetch(tree) if mesh.shard_optimizer_state or split else jax.device_get(tree)

@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.callbacks.callback import History
-from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
 from mirrorfit._src.layers import model_info
@@ -35,7 +34,7 @@ from mirrorfit._src.models.weights import ModelVariables
 from mirrorfit._src.modules import input_spec, mixed_precision
 from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
 from mirrorfit._src.modules.objects import ObjectAdapter
-from mirrorfit._src.trainers import keras_steps
+from mirrorfit._src.trainers import accumulation, keras_steps
 from mirrorfit._src.trainers.keras_steps import hook_form
 from mirrorfit._src.trainers.model_hooks import ModelHooks
 from mirrorfit._src.trainers.model_metrics import ModelMetrics
@@ -197,8 +196,9 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
                              f"Received: {unknown}")
         placed = self._strategy.replicate_arrays({k: v for k, v in fields.items()
                                                   if k != "opt_state"})
-        if "opt_state" in fields:  # mirrored, or split with shard_optimizer_state
-            placed["opt_state"] = zero.place_optimizer_state(self._strategy, fields["opt_state"])
+        if "opt_state" in fields:  # mirrored, or split (shard_optimizer_state, accumulators)
+            placed["opt_state"] = accumulation.place_opt_state(
+                self._strategy, self._trainer.config, fields["opt_state"])
         self._state = state._replace(**placed)
         self._push()
 
@@ -263,13 +263,7 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
     def _init_opt_state(self, params):
         config = self._trainer.config
         assert config is not None  # called once compiled
-        if not self._strategy.shard_optimizer_state:
-            init = jax.jit(config.optimizer.init,
-                           out_shardings=self._strategy.replicated_sharding)
-            return init(params)
-        shapes = jax.eval_shape(config.optimizer.init, params)  # split: placed as created
-        return jax.jit(config.optimizer.init, out_shardings=jax.tree.map(
-            lambda s: zero.optimizer_state_sharding(self._strategy, s.shape), shapes))(params)
+        return accumulation.init_opt_state(self._strategy, config, params)
 
     def _check_input(self, x: Any, name: str = "x") -> None:
         """Builds on first use, or checks per-example shapes against the built model."""

@@ -179,6 +179,11 @@ class Optimizer(StatefulOptimizer, optax.GradientTransformationExtraArgs):
                 "call after the optimizer state was created")
         self._exclusions.patterns = tuple(var_names)
 
+    @property
+    def gradient_accumulation_steps(self) -> int | None:
+        """Train steps per applied update (Keras' attribute of that name), or None."""
+        return self._arguments["gradient_accumulation_steps"]
+
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments, JSON-able, as ``keras.optimizers.Optimizer.get_config``.
 

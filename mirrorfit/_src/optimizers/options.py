@@ -6,7 +6,7 @@ order:
 
 1. ``gradient_accumulation_steps=k``: gradients are summed for ``k - 1`` calls with no
    parameter or rule-state change; on the ``k``-th the rule sees their mean
-   ``(g + acc) / k`` (`accumulate_gradients`);
+   ``(g + acc) / k`` (`mirrorfit._src.optimizers.accumulation.accumulate_gradients`);
 2. ``clipnorm`` (each variable's gradient to that L2 norm), ``global_clipnorm`` (all
    gradients together), ``clipvalue`` (each element) — at most one (`keras_clipping`);
 3. ``weight_decay``: decoupled, ``w -= w * weight_decay * lr`` before the rule, which then
@@ -32,6 +32,7 @@ import optax
 from jax import lax
 
 from mirrorfit._src.optimizers import blocks
+from mirrorfit._src.optimizers.accumulation import accumulate_gradients
 from mirrorfit._src.optimizers.rules import NO_PARAMS
 
 
@@ -202,58 +203,6 @@ def decoupled_weight_decay(rule: optax.GradientTransformation, learning_rate: An
         return jax.tree.map(jnp.add, decays, rule_updates), state
 
     return optax.GradientTransformation(rule.init, update)
-
-
-class GradientAccumulationState(NamedTuple):
-    """State of `accumulate_gradients`."""
-
-    mini_step: jax.Array  # int32 [], gradients summed since the last applied update, in [0, k)
-    accumulated_gradients: Any  # params-shaped sum of those gradients
-    inner_state: Any  # the wrapped transformation's state, advanced on applied updates only
-
-
-def accumulate_gradients(inner: optax.GradientTransformation, steps: int
-                         ) -> optax.GradientTransformation:
-    """Keras' ``gradient_accumulation_steps``: apply ``inner`` to the mean of every ``steps``
-    gradients; zero updates (params unchanged) in between.
-
-    On every ``steps``-th call ``inner`` receives ``(g + acc) / steps``, as the JAX
-    backend's ``_backend_apply_gradients``. With a mean-reduced loss at global batch
-    ``B``, this equals one update at global batch ``steps * B``. Unlike
-    ``optax.MultiSteps`` the sum is divided once, as Keras.
-
-    Args:
-        inner: the transformation to apply every ``steps`` calls.
-        steps: number of calls (train steps) per applied update, ``>= 2``.
-
-    Returns:
-        An ``optax.GradientTransformation`` with state `GradientAccumulationState`.
-    """
-
-    def init(params):
-        return GradientAccumulationState(mini_step=jnp.zeros([], jnp.int32),
-                                         accumulated_gradients=optax.tree.zeros_like(params),
-                                         inner_state=inner.init(params))
-
-    def update(updates, state, params=None):
-        def apply():
-            mean = jax.tree.map(lambda g, a: (g + a) / steps, updates,
-                                state.accumulated_gradients)
-            new_updates, inner_state = inner.update(mean, state.inner_state, params)
-            return new_updates, inner_state, optax.tree.zeros_like(state.accumulated_gradients)
-
-        def accumulate():
-            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), update_shapes)
-            return zeros, state.inner_state, jax.tree.map(jnp.add, updates,
-                                                          state.accumulated_gradients)
-
-        update_shapes = jax.eval_shape(apply)[0]
-        is_update_step = state.mini_step == steps - 1
-        new_updates, inner_state, accumulated = lax.cond(is_update_step, apply, accumulate)
-        mini_step = jnp.where(is_update_step, 0, state.mini_step + 1).astype(jnp.int32)
-        return new_updates, GradientAccumulationState(mini_step, accumulated, inner_state)
-
-    return optax.GradientTransformation(init, update)
 
 
 class EmaState(NamedTuple):

@@ -40,6 +40,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mirrorfit._src.distribute.mesh import from_chief
+from mirrorfit._src.optimizers.accumulation import resized_accumulators
 from mirrorfit._src.saving import restore_errors
 from mirrorfit._src.saving.checkpoint_files import (
     TMP_SUFFIX,
@@ -424,6 +425,7 @@ def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], *, source: s
     """
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     keys = ["/".join(_segment(k) for k in path) for path, _ in leaves]
+    arrays = resized_accumulators(arrays, dict(zip(keys, (leaf.shape for _, leaf in leaves))))
     problems = []
     for key, (_, leaf) in zip(keys, leaves):
         expected = tuple(leaf.shape)

@@ -5,19 +5,23 @@ that the model's steps and optimizer can update blocks of the params, and flags 
 config (`mirrorfit._src.trainers.steps`); `state_out_specs` keeps the train step's new
 optimizer state split as its input was; `finalized` mirrors the EMA that ends ``fit``
 (the EMA lives in the optimizer state, so it is split too). With the option off each is
-what ``fit`` did before: the config as it is, ``P()`` and the unplaced EMA.
+what ``fit`` did before: the config as it is (flagged for per-replica gradient
+accumulators when the optimizer accumulates: `accumulation.configured`), ``P()`` (each
+leaf's spec when those accumulators are split over the replicas) and the unplaced EMA.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.run import specs_like
 from mirrorfit._src.optimizers.options import finalize_variable_values
 from mirrorfit._src.optimizers.sliceable import check_sliceable
+from mirrorfit._src.trainers import accumulation
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.step_family import StepConfig
 from mirrorfit._src.trainers.steps import BUILTIN
@@ -30,14 +34,15 @@ OWN_STEPS = (
 
 
 def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
-    """``config`` flagged for a sharded optimizer state when ``strategy`` shards it.
+    """``config`` flagged for a sharded optimizer state when ``strategy`` shards it, else
+    for per-replica gradient accumulators when it accumulates (`accumulation.configured`).
 
     Raises:
         ValueError: if the steps are a model's own (``train_step`` overridden) or the
             optimizer cannot update blocks (`check_sliceable`).
     """
     if not strategy.shard_optimizer_state:
-        return config
+        return accumulation.configured(config)
     if config.family is not BUILTIN:
         raise ValueError(OWN_STEPS.format(family=type(config.family).__name__))
     check_sliceable(config.optimizer)
@@ -46,10 +51,14 @@ def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
 
 def state_out_specs(strategy: DeviceMesh, state: TrainState) -> Any:
     """The ``out_specs`` of the train step's state: ``P()`` (all mirrored), or with a
-    sharded optimizer state each leaf's own spec (the step returns it placed as it came)."""
-    if not strategy.shard_optimizer_state:
-        return P()
-    return specs_like(strategy, (state,))[0]
+    sharded optimizer state or per-replica gradient accumulators
+    (`mirrorfit._src.trainers.accumulation`) each leaf's own spec (the step returns it
+    placed as it came)."""
+    specs = specs_like(strategy, (state,))[0]
+    if strategy.shard_optimizer_state or any(
+            spec != P() for spec in jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, P))):
+        return specs
+    return P()
 
 
 def finalized(strategy: DeviceMesh, state: TrainState) -> Any:

@@ -59,6 +59,10 @@ class StepConfig(NamedTuple):
     # ``shard_optimizer_state``): the built-in train step reduce-scatters the gradients and
     # updates blocks of the params (`mirrorfit._src.distribute.zero`).
     shard_optimizer_state: bool = False
+    # Whether the built-in train step accumulates each replica's own gradients and
+    # all-reduces them once per applied update (``gradient_accumulation_steps``;
+    # `mirrorfit._src.trainers.accumulation`).
+    local_accumulation: bool = False
 
 
 class StepFamily(abc.ABC):

@@ -35,7 +35,7 @@ from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import share_of_sum
-from mirrorfit._src.optimizers import blocks
+from mirrorfit._src.optimizers import accumulation, blocks
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite, at_floor
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers import statistics as stats_lib
@@ -90,6 +90,13 @@ class BuiltinSteps(StepFamily):
         replica's blocks of the params and of its state (`blocks.block_update`, so clipping
         norms add every block), and the new blocks are all-gathered (`zero.gather_blocks`):
         the same new params as the all-reduce, to rounding.
+
+        With ``cfg.local_accumulation`` (``gradient_accumulation_steps=k``), only the
+        statistics are all-reduced every step: each replica scales its own gradient sum by
+        the step's global ``1 / psum_r(n_r)`` and adds it to its own accumulator slot, and
+        the update step all-reduces the accumulated sums once (`accumulation.local_gradients`),
+        so a collective over the gradients runs once per ``k`` steps. The mean the optimizer
+        sees is today's ``sum_k psum_r(...) / k``, summed in another order.
         """
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
@@ -121,6 +128,8 @@ class BuiltinSteps(StepFamily):
             stats, unflatten = stats_lib.flatten(local_stats)
             if cfg.shard_optimizer_state:
                 grad_sum, stats = zero.reduce_gradients(local_grads, stats)
+            elif cfg.local_accumulation:  # the gradients' all-reduce runs in the update
+                grad_sum, stats = local_grads, lax.psum(stats, BATCH_AXIS)
             else:
                 grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
             count = unflatten(stats)["loss"]["count"]
@@ -137,6 +146,10 @@ class BuiltinSteps(StepFamily):
                     with blocks.block_update(BATCH_AXIS, zero.split_flags(state.params)):
                         updates, opt_state = update_fn(grads, state.opt_state, own)
                     params = zero.gather_blocks(optax.apply_updates(own, updates), state.params)
+                elif cfg.local_accumulation:  # ``grads``: this replica's share of the mean
+                    with accumulation.local_gradients(BATCH_AXIS):
+                        updates, opt_state = update_fn(grads, state.opt_state, state.params)
+                    params = optax.apply_updates(state.params, updates)
                 else:
                     updates, opt_state = update_fn(grads, state.opt_state, state.params)
                     params = optax.apply_updates(state.params, updates)
