@@ -8,7 +8,9 @@ warnings (`statistics_warnings`) from it.
 
 Losses and metrics are sums over real rows (padding rows carry ``mask == False``), divided by
 the sum of real-row counts only when read, so every result equals the single-device value
-over the real examples.
+over the real examples. Under a model output's Keras mask, the loss sums unmasked element
+losses and its count is the number of unmasked elements in real rows (Keras'
+``sum(l * sample_weight * mask) / sum(mask)``, global over replicas).
 """
 
 from __future__ import annotations
@@ -68,8 +70,19 @@ def example_weights(batch: Batch) -> jax.Array:
     return batch.sample_weight
 
 
+def loss_counts(batch: Batch, counts: jax.Array | None) -> jax.Array:
+    """What each row adds to the loss's divisor: 1 per real row, or under an output mask
+    its count of unmasked loss elements (`input_checks.masked_loss`); 0 on padding rows.
+
+    Returns:
+        The mask ``[batch]`` (bool) itself without ``counts``, else float32 ``[batch]``.
+    """
+    return batch.mask if counts is None else jnp.where(batch.mask, counts, 0.0)
+
+
 def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: jax.Array,
-                        batch: Batch, extra_loss: jax.Array | None = None) -> dict:
+                        batch: Batch, extra_loss: jax.Array | None = None,
+                        counts: jax.Array | None = None) -> dict:
     """One replica's sums for the compiled loss and every compiled metric (not all-reduced).
 
     Args:
@@ -80,6 +93,8 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
         batch: this replica's `Batch` (its mask and sample weights).
         extra_loss: float32 ``[]`` added to the loss sum as is (e.g. this replica's share of
             the sown losses, `mirrorfit._src.modules.sown_losses.share_of_sum`), or ``None``.
+        counts: `loss_counts` under an output mask (the loss's divisor counts unmasked
+            elements, not rows), or ``None``.
 
     Returns:
         ``{"loss": {"total", "count"}, <output>_loss..., <metric name>: stats..., ...}``.
@@ -88,8 +103,8 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     loss_total = masked_sum(per_example_loss, weight)
     if extra_loss is not None:
         loss_total = loss_total + extra_loss
-    stats: dict[str, Any] = {"loss": {"total": loss_total,
-                                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
+    count = jnp.sum(batch.mask if counts is None else counts, dtype=jnp.float32)
+    stats: dict[str, Any] = {"loss": {"total": loss_total, "count": count}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
     for name, values in (per_output(y, y_pred) if per_output else {}).items():
         stats[name] = masked_sum(values, weight)
