@@ -1,6 +1,7 @@
 """The compiled loss honours the model output's Keras mask, as Keras 3's ``Loss.__call__``:
 ``sum(l * sample_weight * mask) / sum(mask)`` over the element losses, with the sums and the
-count of unmasked elements global over replicas (padding rows count in neither)."""
+count of unmasked elements global over replicas (padding rows count in neither); ``accuracy``
+counts the unmasked steps only, as Keras' ``MeanMetricWrapper``."""
 
 import numpy as np
 
@@ -30,17 +31,19 @@ def _model(replicas, initial=None):
     if initial is not None:
         model.set_weights(initial)
     model.compile(optimizer=mf.optimizers.SGD(0.5),
-                  loss=mf.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=mf.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
     return model
 
 
 def _keras_masked_loss(logits, x, y, weights):
-    """NumPy: Keras' "sum_over_batch_size" loss under the mask ``x != 0``."""
+    """NumPy: Keras' "sum_over_batch_size" loss under the mask ``x != 0``, and accuracy."""
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     element = -np.take_along_axis(log_probs, y[..., None], -1)[..., 0]
     mask = x != 0
-    return np.sum(element * weights[:, None] * mask) / np.sum(mask)
+    accuracy = np.sum((logits.argmax(-1) == y) * mask) / np.sum(mask)
+    return np.sum(element * weights[:, None] * mask) / np.sum(mask), accuracy
 
 
 def test_loss_is_keras_masked_mean_and_eight_replicas_equal_one():
@@ -48,19 +51,19 @@ def test_loss_is_keras_masked_mean_and_eight_replicas_equal_one():
     eight = _model(8)
     initial = eight.get_weights()
     one = _model(1, initial)
-    expected = _keras_masked_loss(np.asarray(eight.predict(x, verbose=0), np.float64), x, y,
-                                  weights)
-    unmasked = _keras_masked_loss(np.asarray(eight.predict(x, verbose=0), np.float64),
-                                  np.ones_like(x), y, weights)
-    assert abs(expected - unmasked) > 1e-3  # the mask matters on this data
+    logits = np.asarray(eight.predict(x, verbose=0), np.float64)
+    expected = _keras_masked_loss(logits, x, y, weights)
+    unmasked = _keras_masked_loss(logits, np.ones_like(x), y, weights)
+    assert np.all(np.abs(np.subtract(expected, unmasked)) > 1e-3)  # the mask matters here
     # One step of 21 rows padded to 24 (3 per replica); then 8-row steps, the last partial.
     for model, batch_size in ((eight, 24), (eight, 8), (one, 8)):
-        loss = model.evaluate(x, y, sample_weight=weights, batch_size=batch_size, verbose=0)
-        np.testing.assert_allclose(loss, expected, rtol=1e-5)
+        results = model.evaluate(x, y, sample_weight=weights, batch_size=batch_size, verbose=0)
+        np.testing.assert_allclose(results, expected, rtol=1e-5)
     # Training: the logged loss of one full-batch step is the same masked mean (before the
     # update), and eight replicas take the same steps as one.
     history = eight.fit(x, y, sample_weight=weights, batch_size=24, epochs=1, verbose=0)
-    np.testing.assert_allclose(history.history["loss"][0], expected, rtol=1e-5)
+    logs = history.history
+    np.testing.assert_allclose([logs["loss"][0], logs["accuracy"][0]], expected, rtol=1e-5)
     eight.set_weights(initial)
     for model in (eight, one):
         model.fit(x, y, sample_weight=weights, batch_size=8, epochs=2, verbose=0)

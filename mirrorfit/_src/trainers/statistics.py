@@ -26,6 +26,7 @@ from jax.flatten_util import ravel_pytree
 
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.losses.losses import NOT_PROBABILITIES_WARNING
+from mirrorfit._src.metrics.reduction_metrics import MeanMetricWrapper
 from mirrorfit._src.optimizers.loss_scale import MIN_LOSS_SCALE, LossScaleOptimizer
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.step_family import StepConfig
@@ -80,9 +81,22 @@ def loss_counts(batch: Batch, counts: jax.Array | None) -> jax.Array:
     return batch.mask if counts is None else jnp.where(batch.mask, counts, 0.0)
 
 
+def _metric_weight(metric: Any, weight: jax.Array, output_mask: jax.Array | None
+                   ) -> jax.Array:
+    """``weight`` ``[batch]``, or times the output mask ``[batch, timesteps]`` for a metric
+    that Keras masks (a `MeanMetricWrapper` such as ``accuracy``, whose update reads the
+    output's ``_keras_mask``)."""
+    inner = getattr(metric, "metric", metric)  # a renamed weighted metric
+    if output_mask is None or not isinstance(inner, MeanMetricWrapper):
+        return weight
+    mask = output_mask.astype(jnp.float32)
+    return weight.reshape(weight.shape + (1,) * (mask.ndim - 1)) * mask
+
+
 def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: jax.Array,
                         batch: Batch, extra_loss: jax.Array | None = None,
-                        counts: jax.Array | None = None) -> dict:
+                        counts: jax.Array | None = None,
+                        output_mask: jax.Array | None = None) -> dict:
     """One replica's sums for the compiled loss and every compiled metric (not all-reduced).
 
     Args:
@@ -95,6 +109,9 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
             the sown losses, `mirrorfit._src.modules.sown_losses.share_of_sum`), or ``None``.
         counts: `loss_counts` under an output mask (the loss's divisor counts unmasked
             elements, not rows), or ``None``.
+        output_mask: the output's Keras mask, bool ``[batch, timesteps]``, or ``None``: the
+            `MeanMetricWrapper` metrics then weight each element (``accuracy`` counts
+            unmasked steps only, as in Keras).
 
     Returns:
         ``{"loss": {"total", "count"}, <output>_loss..., <metric name>: stats..., ...}``.
@@ -110,9 +127,10 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
         stats[name] = masked_sum(values, weight)
     mask = batch.mask.astype(jnp.float32)
     for metric in cfg.metrics:  # as Keras: `metrics` ignore sample_weight
-        stats[metric.name] = metric.update(y, y_pred, mask)
+        stats[metric.name] = metric.update(y, y_pred, _metric_weight(metric, mask, output_mask))
     for metric in cfg.weighted_metrics:
-        stats[metric.name] = metric.update(y, y_pred, weight)
+        stats[metric.name] = metric.update(y, y_pred,
+                                           _metric_weight(metric, weight, output_mask))
     check = getattr(cfg.loss, "not_probabilities", None)
     flags = check(y_pred) if check is not None else None
     if flags is not None:

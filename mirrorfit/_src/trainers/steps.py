@@ -113,13 +113,13 @@ class BuiltinSteps(StepFamily):
                     total = total + extra
                 if scaler is not None:
                     total = scaler.scale_loss(total * (1.0 / global_rows), state.opt_state)
-                return total, (y_pred, per_example, counts, model_state, extra)
+                return total, (y_pred, per_example, counts, out_mask, model_state, extra)
 
-            local_grads, (y_pred, per_example, counts, model_state, extra) = jax.grad(
+            local_grads, (y_pred, per_example, counts, out_mask, model_state, extra) = jax.grad(
                 objective, has_aux=True)(state.params)
             local_stats = stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, extra,
-                None if counts is None else stats_lib.loss_counts(batch, counts))
+                None if counts is None else stats_lib.loss_counts(batch, counts), out_mask)
             if scaler is not None or cfg.check_numerics:
                 local_stats[stats_lib.NON_FINITE] = 1.0 - all_finite(local_grads).astype(
                     jnp.float32)
@@ -198,7 +198,7 @@ class BuiltinSteps(StepFamily):
             counted = stats_lib.loss_counts(batch, counts)
             stats, _ = stats_lib.flatten(stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, counted),
-                None if counts is None else counted))
+                None if counts is None else counted, out_mask))
             return statistics + lax.psum(stats, BATCH_AXIS)
 
         return step
