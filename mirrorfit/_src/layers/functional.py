@@ -387,6 +387,8 @@ class FunctionalModule(nn.Module):
                 if m is not None:
                     masks[id(t)] = m
         flat, treedef = jax.tree.flatten(graph.outputs)
+        if len(flat) == 1:  # the loss masks a single output only
+            mask_flow.sow_output_mask(self, masks.get(id(flat[0])))
         return jax.tree.unflatten(treedef, [values[id(t)] for t in flat])
 
     def _flat_inputs(self, args: tuple) -> list[Any]:

@@ -12,7 +12,10 @@ does what Keras 3's ``Layer.__call__`` does:
   (Keras' ``_set_mask_metadata``): a layer with ``supports_masking`` passes the mask on,
   `Embedding` (``mask_zero``) and `Masking` make one, other layers drop it; a Keras-style
   `Layer` supports masking when it overrides ``compute_mask`` or sets
-  ``self.supports_masking = True``.
+  ``self.supports_masking = True``;
+* `sow_output_mask`: a model with one output that has a mask sows it into the
+  `OUTPUT_MASK` collection, where the built-in steps read it to mask the loss and metrics,
+  as Keras 3's ``Loss.__call__`` reads the output's ``_keras_mask``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+
+OUTPUT_MASK = "keras_mask"
+"""The collection a model sows its output's mask into (`sow_output_mask`), under ``"mask"``."""
 
 
 def _signature(layer: Any) -> inspect.Signature | None:
@@ -102,3 +108,14 @@ def output_masks(layer: Any, inputs: Any, outputs: Any, mask: Any) -> list[Any]:
     computed = compute(inputs, mask)
     flat = jax.tree.leaves(computed, is_leaf=lambda x: x is None)
     return (flat + [None] * count)[:count]
+
+
+def sow_output_mask(module: nn.Module, mask: Any) -> None:
+    """Sows a model's output mask (bool ``[batch, timesteps]``) as ``OUTPUT_MASK/"mask"``.
+
+    Nothing is sown for ``None``, while initializing (the mask is no variable), or unless the
+    caller made `OUTPUT_MASK` mutable: a model without a mask runs the same program.
+    """
+    if mask is not None and not module.is_initializing():
+        module.sow(OUTPUT_MASK, "mask", mask, init_fn=lambda: None,
+                   reduce_fn=lambda _, new: new)

@@ -49,6 +49,7 @@ class SequentialModule(nn.Module):
             y = call(x, **extra, **mode_kwargs(call, training))
             out_masks = mask_flow.output_masks(layer, x, y, mask)
             x, mask = y, out_masks[0] if len(out_masks) == 1 else None
+        mask_flow.sow_output_mask(self, mask)
         return x
 
 

@@ -297,6 +297,11 @@ class PerExampleLoss:
         """float32 ``[batch]``: ``loss.per_example(y_true, y_pred)``."""
         return self.loss.per_example(y_true, y_pred)
 
+    def elements(self, y_true: jax.Array, y_pred: jax.Array) -> jax.Array:
+        """float32 ``[batch, ...]``: ``loss.call(y_true, y_pred)``, unreduced (what an output
+        mask weights, as in Keras' ``Loss.__call__``)."""
+        return jnp.asarray(self.loss.call(y_true, y_pred), jnp.float32)
+
     def not_probabilities(self, y_pred: jax.Array) -> jax.Array | None:
         """See `Loss.not_probabilities`."""
         return self.loss.not_probabilities(y_pred)

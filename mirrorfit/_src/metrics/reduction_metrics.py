@@ -107,7 +107,10 @@ class MeanMetricWrapper(Metric):
     """Weighted mean of a per-example function, as ``keras.metrics.MeanMetricWrapper``.
 
     The value is ``sum(w * fn(y_true, y_pred)) / sum(w)`` over all examples seen,
-    where ``w`` is the sample weight; its statistics are ``{"total", "count"}``.
+    where ``w`` is the sample weight; its statistics are ``{"total", "count"}``. ``update``
+    also takes element weights ``[batch, timesteps]`` (how ``fit`` passes a model output's
+    Keras mask, as Keras' wrapper merges the mask into the sample weight): the sums then run
+    over the elements ``fn`` returns.
 
     Args:
         fn: ``fn(y_true, y_pred, **kwargs) -> [batch]`` per-example values; extra non-batch
@@ -132,7 +135,12 @@ class MeanMetricWrapper(Metric):
 
     def update(self, y_true: jax.Array, y_pred: jax.Array,
                sample_weight: jax.Array) -> dict[str, jax.Array]:
-        """``{"total": sum(w * v), "count": sum(w)}`` for ``v = fn(y_true, y_pred)``."""
+        """``{"total": sum(w * v), "count": sum(w)}`` for ``v = fn(y_true, y_pred)``.
+
+        ``sample_weight`` is float32 ``[batch]``, or ``[batch, timesteps]`` element weights:
+        values ``[batch, timesteps, ...]`` are then averaged over their trailing axes and
+        weighted per element (values of another shape take each row's largest weight).
+        """
         try:
             values = jnp.asarray(self.fn(y_true, y_pred, **self.fn_kwargs), jnp.float32)
         except (ValueError, TypeError) as error:
@@ -146,6 +154,11 @@ class MeanMetricWrapper(Metric):
                 f"[batch] = [{batch}]; do not reduce over the batch. "
                 f"Received: values of shape {values.shape}")
         weight = jnp.asarray(sample_weight, jnp.float32)
+        if weight.ndim > 1 and values.shape[:weight.ndim] == weight.shape:
+            values = jnp.mean(values, axis=tuple(range(weight.ndim, values.ndim)))
+            return {"total": weighted_sum(values, weight), "count": jnp.sum(weight)}
+        if weight.ndim > 1:
+            weight = jnp.max(weight, axis=tuple(range(1, weight.ndim)))
         return {"total": weighted_sum(_per_example(values), weight), "count": jnp.sum(weight)}
 
     def result(self, stats: Any = None) -> Any:

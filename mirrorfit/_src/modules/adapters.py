@@ -6,7 +6,10 @@ The steps never see a Flax module, only a `ModuleAdapter`:
 * ``apply(params, model_state, x, *, train, rng) -> (y_pred, new_model_state)``
 * ``apply_with_losses(...) -> (y_pred, new_model_state, losses)``: also the values the module
   sowed into the ``"losses"`` collection (``self.sow("losses", name, value)``), never kept in
-  ``model_state``.
+  ``model_state``;
+* ``apply_with_mask(...) -> (y_pred, new_model_state, losses, mask)``: also the Keras mask of
+  the output (bool ``[batch, timesteps]``) that a functional or Sequential model sows
+  (`mirrorfit._src.layers.mask_flow.sow_output_mask`), or ``None``.
 
 ``params`` is the trainable ``"params"`` collection; ``model_state`` holds every other
 collection (BatchNorm ``batch_stats``, nnx RNG counters, ...). This module also owns the
@@ -25,6 +28,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 from flax import nnx
+
+from mirrorfit._src.layers.mask_flow import OUTPUT_MASK
 
 LOSSES = "losses"
 """The collection whose sown values are added to the training loss (``model.losses``)."""
@@ -92,6 +97,11 @@ class ModuleAdapter:
                           rng: jax.Array) -> tuple[Any, Any, Any]:
         raise NotImplementedError
 
+    def apply_with_mask(self, params: Any, model_state: Any, x: Any, *, train: bool,
+                        rng: jax.Array) -> tuple[Any, Any, Any, jax.Array | None]:
+        """`apply_with_losses` and the output's mask (here ``None``: no mask is known)."""
+        return (*self.apply_with_losses(params, model_state, x, train=train, rng=rng), None)
+
     def tabulate(self, rng: jax.Array, x: Any) -> str:
         raise NotImplementedError
 
@@ -117,13 +127,17 @@ class LinenAdapter(ModuleAdapter):
         return params, variables
 
     def apply_with_losses(self, params, model_state, x, *, train, rng):
+        return self.apply_with_mask(params, model_state, x, train=train, rng=rng)[:3]
+
+    def apply_with_mask(self, params, model_state, x, *, train, rng):
         variables = {"params": params, **model_state}
-        mutable = [*model_state, LOSSES] if train else [LOSSES]
+        mutable = [*model_state, LOSSES, OUTPUT_MASK] if train else [LOSSES, OUTPUT_MASK]
         y, mutated = self.module.apply(variables, *call_inputs(x), rngs={"dropout": rng},
                                        mutable=mutable, **self._kwargs(train))
         mutated = dict(mutated)
         losses = mutated.pop(LOSSES, {})
-        return y, ({**model_state, **mutated} if train else model_state), losses
+        mask = mutated.pop(OUTPUT_MASK, {}).get("mask")  # a nested model's own is left out
+        return y, ({**model_state, **mutated} if train else model_state), losses, mask
 
     def tabulate(self, rng, x):
         return self.module.tabulate(

@@ -171,12 +171,15 @@ class PolicyAdapter(ModuleAdapter):
         return cast_floating(params, self.policy.variable_dtype), model_state
 
     def apply_with_losses(self, params, model_state, x, *, train, rng):
+        return self.apply_with_mask(params, model_state, x, train=train, rng=rng)[:3]
+
+    def apply_with_mask(self, params, model_state, x, *, train, rng):
         compute = self.policy.compute_dtype
-        y, new_state, losses = self.inner.apply_with_losses(
+        y, new_state, losses, mask = self.inner.apply_with_mask(
             cast_floating(params, compute), model_state, cast_floating(x, compute),
             train=train, rng=rng)
         return (cast_floating(y, jnp.float32), _keep_dtypes(new_state, model_state),
-                cast_floating(losses, jnp.float32))
+                cast_floating(losses, jnp.float32), mask)
 
     def tabulate(self, rng, x):
         return self.inner.tabulate(rng, x)

@@ -39,7 +39,8 @@ def share_of_sum(losses: Any, mask: jax.Array) -> jax.Array | None:
 
     Args:
         losses: the ``"losses"`` collection of this replica's forward pass.
-        mask: bool ``[per_replica_batch]``, True for real rows.
+        mask: bool ``[per_replica_batch]``, True for real rows (or float32, each row's
+            count in the loss's divisor: ``N`` is then the global count).
 
     Returns:
         A float32 scalar, or ``None`` when nothing was sown (no extra all-reduce then).

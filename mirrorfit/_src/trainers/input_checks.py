@@ -146,6 +146,42 @@ def per_example_loss(loss: Callable[[Any, Any], jax.Array], y_true: Any, y_pred:
     return values
 
 
+def masked_loss(loss: Any, y_true: Any, y_pred: Any, mask: jax.Array | None
+                ) -> tuple[jax.Array, jax.Array | None]:
+    """The loss per example and, under an output mask, its count of unmasked elements.
+
+    With ``mask`` (the output's Keras mask, bool ``[batch, timesteps]``) and a built-in loss,
+    each example's value is the **sum** of its unmasked element losses (``loss.call``'s
+    ``[batch, timesteps, ...]``, the mask broadcast over trailing axes) and its count is the
+    number of those elements: summed over real rows and replicas, their ratio is Keras'
+    ``sum(l * sample_weight * mask) / sum(mask)`` (``"sum_over_batch_size"`` with a mask).
+    Otherwise (no mask, a custom loss function, a multi-output loss, or element losses
+    that the mask does not describe) it is `per_example_loss` and ``None``: the mean per
+    example, counted once.
+
+    Args:
+        loss: the compiled loss.
+        y_true: one replica's targets ``[batch, ...]``.
+        y_pred: one replica's model outputs ``[batch, ...]``.
+        mask: the output's mask, or ``None``.
+
+    Returns:
+        ``(values, counts)``: float32 ``[batch]`` each, or ``(values, None)``.
+    """
+    elements = getattr(loss, "elements", None)
+    if mask is None or elements is None or not _is_array(y_pred):
+        return per_example_loss(loss, y_true, y_pred), None
+    _check_targets(loss, y_true, y_pred)
+    values = elements(y_true, y_pred)
+    if values.ndim < mask.ndim or values.shape[:mask.ndim] != mask.shape:
+        return per_example_loss(loss, y_true, y_pred), None
+    mask = jnp.broadcast_to(mask.reshape(mask.shape + (1,) * (values.ndim - mask.ndim)),
+                            values.shape)
+    axes = tuple(range(1, values.ndim))
+    return (jnp.sum(jnp.where(mask, values, 0.0), axis=axes),
+            jnp.sum(mask, axis=axes, dtype=jnp.float32))
+
+
 def label_range_statistic(loss: Any, y_true: Any, y_pred: Any, mask: jax.Array
                           ) -> jax.Array | None:
     """float32 ``[2]``: ``[n, n * num_classes]`` for ``n`` real labels outside the classes.

@@ -211,6 +211,7 @@ def single_loss(loss: Any) -> Callable:
     checked.name = fn.name
     checked.not_probabilities = fn.not_probabilities
     checked.loss = fn.loss
+    checked.elements = fn.elements
     return checked
 
 
@@ -234,6 +235,8 @@ def scaled(fn: Callable, loss_weights: Any) -> Callable:
 
     weighted.name = getattr(fn, "name", "loss")
     weighted.not_probabilities = getattr(fn, "not_probabilities", lambda y_pred: None)
+    if hasattr(fn, "elements"):
+        weighted.elements = lambda y_true, y_pred: weight * fn.elements(y_true, y_pred)
     return weighted
 
 

@@ -8,7 +8,9 @@ warnings (`statistics_warnings`) from it.
 
 Losses and metrics are sums over real rows (padding rows carry ``mask == False``), divided by
 the sum of real-row counts only when read, so every result equals the single-device value
-over the real examples.
+over the real examples. Under a model output's Keras mask, the loss sums unmasked element
+losses and its count is the number of unmasked elements in real rows (Keras'
+``sum(l * sample_weight * mask) / sum(mask)``, global over replicas).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from jax.flatten_util import ravel_pytree
 
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.losses.losses import NOT_PROBABILITIES_WARNING
+from mirrorfit._src.metrics.reduction_metrics import MeanMetricWrapper
 from mirrorfit._src.optimizers.loss_scale import MIN_LOSS_SCALE, LossScaleOptimizer
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers.step_family import StepConfig
@@ -68,8 +71,32 @@ def example_weights(batch: Batch) -> jax.Array:
     return batch.sample_weight
 
 
+def loss_counts(batch: Batch, counts: jax.Array | None) -> jax.Array:
+    """What each row adds to the loss's divisor: 1 per real row, or under an output mask
+    its count of unmasked loss elements (`input_checks.masked_loss`); 0 on padding rows.
+
+    Returns:
+        The mask ``[batch]`` (bool) itself without ``counts``, else float32 ``[batch]``.
+    """
+    return batch.mask if counts is None else jnp.where(batch.mask, counts, 0.0)
+
+
+def _metric_weight(metric: Any, weight: jax.Array, output_mask: jax.Array | None
+                   ) -> jax.Array:
+    """``weight`` ``[batch]``, or times the output mask ``[batch, timesteps]`` for a metric
+    that Keras masks (a `MeanMetricWrapper` such as ``accuracy``, whose update reads the
+    output's ``_keras_mask``)."""
+    inner = getattr(metric, "metric", metric)  # a renamed weighted metric
+    if output_mask is None or not isinstance(inner, MeanMetricWrapper):
+        return weight
+    mask = output_mask.astype(jnp.float32)
+    return weight.reshape(weight.shape + (1,) * (mask.ndim - 1)) * mask
+
+
 def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: jax.Array,
-                        batch: Batch, extra_loss: jax.Array | None = None) -> dict:
+                        batch: Batch, extra_loss: jax.Array | None = None,
+                        counts: jax.Array | None = None,
+                        output_mask: jax.Array | None = None) -> dict:
     """One replica's sums for the compiled loss and every compiled metric (not all-reduced).
 
     Args:
@@ -80,6 +107,11 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
         batch: this replica's `Batch` (its mask and sample weights).
         extra_loss: float32 ``[]`` added to the loss sum as is (e.g. this replica's share of
             the sown losses, `mirrorfit._src.modules.sown_losses.share_of_sum`), or ``None``.
+        counts: `loss_counts` under an output mask (the loss's divisor counts unmasked
+            elements, not rows), or ``None``.
+        output_mask: the output's Keras mask, bool ``[batch, timesteps]``, or ``None``: the
+            `MeanMetricWrapper` metrics then weight each element (``accuracy`` counts
+            unmasked steps only, as in Keras).
 
     Returns:
         ``{"loss": {"total", "count"}, <output>_loss..., <metric name>: stats..., ...}``.
@@ -88,16 +120,17 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     loss_total = masked_sum(per_example_loss, weight)
     if extra_loss is not None:
         loss_total = loss_total + extra_loss
-    stats: dict[str, Any] = {"loss": {"total": loss_total,
-                                      "count": jnp.sum(batch.mask, dtype=jnp.float32)}}
+    count = jnp.sum(batch.mask if counts is None else counts, dtype=jnp.float32)
+    stats: dict[str, Any] = {"loss": {"total": loss_total, "count": count}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
     for name, values in (per_output(y, y_pred) if per_output else {}).items():
         stats[name] = masked_sum(values, weight)
     mask = batch.mask.astype(jnp.float32)
     for metric in cfg.metrics:  # as Keras: `metrics` ignore sample_weight
-        stats[metric.name] = metric.update(y, y_pred, mask)
+        stats[metric.name] = metric.update(y, y_pred, _metric_weight(metric, mask, output_mask))
     for metric in cfg.weighted_metrics:
-        stats[metric.name] = metric.update(y, y_pred, weight)
+        stats[metric.name] = metric.update(y, y_pred,
+                                           _metric_weight(metric, weight, output_mask))
     check = getattr(cfg.loss, "not_probabilities", None)
     flags = check(y_pred) if check is not None else None
     if flags is not None:

@@ -10,9 +10,10 @@ Each step sees one replica's shard of the global batch (`mirrorfit._src.trainers
 
 Every step takes a `Batch`. Losses and metrics are sums over real rows
 (`mirrorfit._src.trainers.statistics`), ``lax.psum``'d across replicas and divided by the
-``psum`` of real-row counts when read. ``statistics`` is not donated: each step's
-``statistics`` is a new array that later steps leave alone, so the host can read it while
-they run.
+``psum`` of real-row counts when read (under a model output's Keras mask, the loss sums
+unmasked element losses and counts unmasked elements: `input_checks.masked_loss`).
+``statistics`` is not donated: each step's ``statistics`` is a new array that later steps
+leave alone, so the host can read it while they run.
 
 Every operation in a step runs once per replica, and on XLA:CPU each costs microseconds
 however small its arrays, so the steps keep the compiled program short: one all-reduce with
@@ -63,7 +64,9 @@ class BuiltinSteps(StepFamily):
 
         The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r``
         (rows ``i``, real-row counts ``n_r``): the gradient of the global batch's mean loss,
-        exactly as on one device with the whole batch. Gradients, counts and metric
+        exactly as on one device with the whole batch (under an output mask, ``l_i`` sums
+        row ``i``'s unmasked element losses and ``n_r`` counts those elements in real rows:
+        Keras' masked mean, global over replicas). Gradients, counts and metric
         statistics travel in one all-reduce. With ``skip_empty``, a batch with no real rows
         (filler at the end of a ``steps_per_execution`` group) leaves the state unchanged
         (`skip_filler`). Values the module sows into ``"losses"`` are added once
@@ -106,22 +109,24 @@ class BuiltinSteps(StepFamily):
             global_rows = batch.mask.shape[0] * lax.axis_size(BATCH_AXIS)
 
             def objective(params):
-                y_pred, model_state, losses = cfg.adapter.apply_with_losses(
+                y_pred, model_state, losses, out_mask = cfg.adapter.apply_with_mask(
                     params, state.model_state, batch.x, train=True, rng=rng
                 )
-                per_example = input_checks.per_example_loss(_compiled_loss(cfg), batch.y, y_pred)
-                extra = share_of_sum(losses, batch.mask)
+                per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y,
+                                                               y_pred, out_mask)
+                extra = share_of_sum(losses, stats_lib.loss_counts(batch, counts))
                 total = stats_lib.masked_sum(per_example, stats_lib.example_weights(batch))
                 if extra is not None:
                     total = total + extra
                 if scaler is not None:
                     total = scaler.scale_loss(total * (1.0 / global_rows), state.opt_state)
-                return total, (y_pred, per_example, model_state, extra)
+                return total, (y_pred, per_example, counts, out_mask, model_state, extra)
 
-            local_grads, (y_pred, per_example, model_state, extra) = jax.grad(
+            local_grads, (y_pred, per_example, counts, out_mask, model_state, extra) = jax.grad(
                 objective, has_aux=True)(state.params)
-            local_stats = stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example,
-                                                        batch, extra)
+            local_stats = stats_lib.compiled_statistics(
+                cfg, batch.y, y_pred, per_example, batch, extra,
+                None if counts is None else stats_lib.loss_counts(batch, counts), out_mask)
             if scaler is not None or cfg.check_numerics:
                 local_stats[stats_lib.NON_FINITE] = 1.0 - all_finite(local_grads).astype(
                     jnp.float32)
@@ -197,13 +202,16 @@ class BuiltinSteps(StepFamily):
         """The per-replica evaluation step ``(state, statistics, batch) -> statistics``."""
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
-            y_pred, _, losses = cfg.adapter.apply_with_losses(
+            y_pred, _, losses, out_mask = cfg.adapter.apply_with_mask(
                 state.params, state.model_state, batch.x, train=False, rng=state.rng
             )
             assert cfg.loss is not None  # compile requires a loss for the default steps
-            per_example = input_checks.per_example_loss(_compiled_loss(cfg), batch.y, y_pred)
+            per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y, y_pred,
+                                                           out_mask)
+            counted = stats_lib.loss_counts(batch, counts)
             stats, _ = stats_lib.flatten(stats_lib.compiled_statistics(
-                cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, batch.mask)))
+                cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, counted),
+                None if counts is None else counted, out_mask))
             return statistics + lax.psum(stats, BATCH_AXIS)
 
         return step
