@@ -29,8 +29,8 @@ HOST_SOURCE = (
 
 class HostInputs:
     """The host layers and their application to ``x``; mixed into `Model` before
-    `mirrorfit._src.trainers.training_api.TrainingAPI`, whose ``_adapter_for`` and ``fit``
-    it wraps."""
+    `mirrorfit._src.trainers.training_api.TrainingAPI`, whose ``_adapter_for`` and
+    ``_validation_inputs`` it overrides."""
 
     _host_layers: Sequence[HostLayer] = ()  # set by Sequential and load_model
 
@@ -72,11 +72,10 @@ class HostInputs:
     def _adapter_for(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         return super()._adapter_for(self._on_host(x), *args, **kwargs)  # type: ignore[misc]
 
-    def fit(self, *args: Any, **kwargs: Any) -> Any:
-        validation = kwargs.get("validation_data")
-        if self._host_layers and isinstance(validation, tuple):
-            kwargs["validation_data"] = (self._on_host(validation[0]), *validation[1:])
-        return super().fit(*args, **kwargs)  # type: ignore[misc]
+    def _validation_inputs(self, validation_data: Any) -> Any:
+        if self._host_layers and isinstance(validation_data, tuple):
+            return (self._on_host(validation_data[0]), *validation_data[1:])
+        return validation_data
 
 
 def _holds_strings(x: Any) -> bool:

@@ -39,7 +39,7 @@ CLOSED_LOOP = "Event loop is closed"
 """Message of the error a read that outlived orbax's event loop raises on completing."""
 
 _hook_lock = threading.Lock()
-_kept = False  # whether a filter stays installed for good (after a failed restore)
+_KEPT = "_mirrorfit_kept"  # attribute of a filter hook that stays for good (a failed restore)
 
 
 def _is_closed_loop_noise(unraisable: Any) -> bool:
@@ -61,9 +61,9 @@ def quiet_closed_loop() -> Iterator[None]:
     Inside the block, and for the rest of the process once the block raised (the abandoned
     reads may complete at any later time), that one error raised inside ``asyncio`` is
     dropped; every other unraisable error reaches the hook that was there before. A block
-    that completes removes the filter again (unless a later hook replaced it meanwhile).
+    that completes removes the filter again (unless a later hook replaced it meanwhile); a
+    kept filter that a later hook replaced is installed again by the next block.
     """
-    global _kept
     with _hook_lock:
         previous = sys.unraisablehook
 
@@ -71,17 +71,20 @@ def quiet_closed_loop() -> Iterator[None]:
             if not _is_closed_loop_noise(unraisable):
                 previous(unraisable)
 
-        if not _kept:
+        if getattr(previous, _KEPT, False):
+            hook = previous  # type: ignore[assignment]  # a kept filter is already in place
+        else:
             sys.unraisablehook = hook
     try:
         yield
     except BaseException:
         with _hook_lock:
-            _kept = _kept or sys.unraisablehook is hook
+            if sys.unraisablehook is hook:
+                setattr(hook, _KEPT, True)
         raise
     with _hook_lock:
-        if sys.unraisablehook is hook:  # someone else's later hook stays
-            sys.unraisablehook = previous
+        if sys.unraisablehook is hook and not getattr(hook, _KEPT, False):
+            sys.unraisablehook = previous  # someone else's later hook stays
 
 
 def _spec(arrays_dir: Path, name: str, driver: str) -> dict[str, Any]:

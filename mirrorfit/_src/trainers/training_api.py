@@ -131,6 +131,10 @@ class TrainingAPI:
         if isinstance(loss, MultiOutputLoss) and arrays is not None and arrays[1] is not None:
             loss.check_targets(arrays[1], argument)
 
+    def _validation_inputs(self, validation_data: Any) -> Any:
+        """``validation_data`` as ``fit`` reads it (a model's host layers apply theirs)."""
+        return validation_data
+
     def _adapter_for(self, x, y=None, sample_weight=None, batch_size=None, *,
                      shuffle: bool | None = False,
                      steps=None, with_targets=True, steps_name="steps", check=True,
@@ -215,7 +219,8 @@ class TrainingAPI:
                                   class_weight=class_weight, check=False,
                                   with_targets=y is not None or not self._own_loss("train_step"))
         train, validation = data_adapters.train_and_validation(
-            train, validation_split=validation_split, validation_data=validation_data,
+            train, validation_split=validation_split,
+            validation_data=self._validation_inputs(validation_data),
             batch_size=batch_size, num_replicas=num_replicas, steps=steps_per_epoch,
             validation_steps=validation_steps, validation_batch_size=validation_batch_size,
             strategy=self._strategy)
