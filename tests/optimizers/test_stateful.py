@@ -12,6 +12,9 @@ import optax
 import pytest
 
 import mirrorfit as mf
+from mirrorfit._src.optimizers import optimizers as optimizers_module
+from mirrorfit._src.optimizers import sliceable
+from mirrorfit._src.optimizers.base import Optimizer
 from mirrorfit._src.variables import tracking
 
 RTOL = 1e-6
@@ -178,3 +181,11 @@ def test_optimizer_stays_an_optax_transformation_after_stateful_use():
     assert isinstance(opt, optax.GradientTransformation)
     want = _optax_steps(mf.optimizers.Adam(0.1), GRADS)
     np.testing.assert_allclose(_optax_steps(opt, GRADS)[0], want[0], rtol=RTOL)
+
+
+def test_the_optimizers_that_update_blocks_are_the_sliceable_ones():
+    # A custom loop under shard_optimizer_state=True refuses the others, as compile does.
+    classes = [c for c in vars(optimizers_module).values()
+               if isinstance(c, type) and issubclass(c, Optimizer) and c is not Optimizer]
+    assert {c for c in classes if c._updates_blocks} == set(sliceable.SLICEABLE_OPTIMIZERS)
+    assert {c.__name__ for c in classes if not c._updates_blocks} == {"Adafactor", "Lamb"}

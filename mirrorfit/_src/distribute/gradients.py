@@ -34,7 +34,8 @@ def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_sta
 
     Raises:
         ValueError: for an unknown ``reduce_op``, or inside ``strategy.run`` of a strategy
-            with ``shard_optimizer_state=True`` (a custom loop keeps its state mirrored).
+            with ``shard_optimizer_state=True`` (``opt_state`` goes in and out of ``run``
+            whole; the optimizer object's ``apply_gradients`` updates blocks there).
 
     Example:
         >>> strategy = mf.MirroredStrategy()

@@ -14,16 +14,19 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.distribute import zero
+from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.variables import replica as replica_slot
 
 SHARDED_CUSTOM_LOOP = (
-    "{what} inside strategy.run updates an optimizer state that the custom loop keeps "
-    "mirrored, but this strategy was created with shard_optimizer_state=True, which only "
-    "the built-in train step of fit and train_on_batch applies. For a custom training loop, "
-    "create the strategy with shard_optimizer_state=False (the default). Received: {what} "
-    "under a strategy with shard_optimizer_state=True")
+    "{what} inside strategy.run updates an optimizer state that the custom loop passes in "
+    "and out of run whole, but this strategy was created with shard_optimizer_state=True, "
+    "which splits the state over the replicas. With it, a custom loop updates through the "
+    "optimizer object (optimizer.apply_gradients(zip(grads, variables)) or "
+    "optimizer.apply(grads), whose state variables are split), or create the strategy with "
+    "shard_optimizer_state=False (the default). Received: {what} under a strategy with "
+    "shard_optimizer_state=True")
 
 
 class ReplicaContext:
@@ -39,15 +42,23 @@ class ReplicaContext:
             from `compute_average_loss`, so the sum is the global gradient) or
             `ReduceOp.MEAN` (for gradients of a per-replica mean loss, as a Keras-style
             ``train_step`` inside ``fit`` computes; the trainer sets it there).
-        shard_optimizer_state: the strategy's ``shard_optimizer_state``; optimizer updates
-            of a custom loop then raise (`check_mirrored_optimizer_state`).
+        shard_optimizer_state: whether this is ``run`` 's context (with the strategy's
+            ``mesh``) on several replicas of a strategy created with
+            ``shard_optimizer_state=True``: the optimizer objects then update blocks (`place_optimizer_state`, `reduce_scatter`,
+            `blocks_of`, `gather_blocks`), and `mirrorfit.apply_gradients` raises
+            (`check_mirrored_optimizer_state`).
+        axis_name: the mesh axis of the collectives (``"batch"``).
     """
+
+    axis_name = BATCH_AXIS
 
     def __init__(self, num_replicas_in_sync: int = 1, mask: jax.Array | None = None,
                  in_run: bool = False, gradient_reduce_op: Any = ReduceOp.SUM,
-                 shard_optimizer_state: bool = False):
+                 mesh: DeviceMesh | None = None):
         self.num_replicas_in_sync = num_replicas_in_sync
-        self.shard_optimizer_state = shard_optimizer_state
+        self._mesh = mesh
+        self.shard_optimizer_state = (in_run and mesh is not None and num_replicas_in_sync > 1
+                                      and mesh.shard_optimizer_state)
         self.mask = mask
         self.gradient_reduce_op = ReduceOp.resolve(gradient_reduce_op, "gradient_reduce_op")
         self._in_run = in_run
@@ -58,7 +69,8 @@ class ReplicaContext:
         return lax.axis_index(BATCH_AXIS) if self._in_run else 0
 
     def check_mirrored_optimizer_state(self, what: str) -> None:
-        """Refuses a custom loop's optimizer update under ``shard_optimizer_state=True``.
+        """Refuses `mirrorfit.apply_gradients` (its ``opt_state`` passes in and out of
+        ``run`` whole) under ``shard_optimizer_state=True``.
 
         Args:
             what: the call, for the message (``"mf.apply_gradients"``).
@@ -68,6 +80,35 @@ class ReplicaContext:
         """
         if self.shard_optimizer_state:
             raise ValueError(SHARDED_CUSTOM_LOOP.format(what=what))
+
+    # -- a sharded optimizer state (ZeRO-1/2, `mirrorfit._src.distribute.zero`) -------------
+
+    def place_optimizer_state(self, leaf: Any) -> jax.Array:
+        """A new optimizer-state leaf placed as the strategy places them: split along its
+        `zero.shard_axis` with ``shard_optimizer_state``, else mirrored. Only inside ``run``."""
+        assert self._mesh is not None, "only a context of strategy.run places state"
+        return zero.place_optimizer_state(self._mesh, leaf)
+
+    def reduce_scatter(self, reduce_op: Any, grads: Any) -> Any:
+        """`all_reduce` of ``grads`` of which this replica keeps only its block of each split
+        leaf (``lax.psum_scatter``; `zero.reduce_gradients`); the other leaves whole."""
+        op = ReduceOp.resolve(reduce_op)
+        summed, _ = zero.reduce_gradients(grads, ())
+        if op is ReduceOp.SUM:
+            return summed
+        return jax.tree.map(lambda g: g / self.num_replicas_in_sync, summed)
+
+    def split_flags(self, tree: Any) -> Any:
+        """True for each leaf of full-shape ``tree`` that is split over the replicas."""
+        return zero.split_flags(tree)
+
+    def blocks_of(self, tree: Any) -> Any:
+        """This replica's block of each split leaf of the full-shape ``tree``."""
+        return zero.blocks_of(tree)
+
+    def gather_blocks(self, blocks: Any, like: Any) -> Any:
+        """The full leaves of ``like`` 's shapes from every replica's ``blocks``."""
+        return zero.gather_blocks(blocks, like)
 
     def all_reduce(self, reduce_op: Any, value: Any) -> Any:
         """Sums or averages a pytree of arrays across replicas (``lax.psum``/``lax.pmean``).

@@ -124,7 +124,7 @@ def compile_per_replica(mesh: DeviceMesh, fn: Callable, in_specs: Any, out_specs
             *args, mask = args
         with replica_context(ReplicaContext(
                 num_replicas, mask, in_run=True, gradient_reduce_op=gradient_reduce_op,
-                shard_optimizer_state=mesh.shard_optimizer_state)):
+                mesh=mesh)):
             return fn(*args)
 
     return mesh.compile_replica_fn(per_replica, in_specs, out_specs,
@@ -211,9 +211,10 @@ class Runner:
         return self._replicated(np.array([call_context.stream_seed(), self._calls], np.uint32))
 
     def _replicated(self, value: Any) -> jax.Array:
-        """``value`` mirrored on this mesh (already-mirrored arrays are not copied)."""
+        """``value`` mirrored on this mesh (kept if mirrored, or split as a ZeRO state slot)."""
         mesh = self._mesh
-        if isinstance(value, jax.Array) and value.sharding == mesh.replicated_sharding:
+        if isinstance(value, jax.Array) and (value.sharding == mesh.replicated_sharding
+                                             or spec_of(mesh, value) != P()):
             return value
         return mesh.replicate_arrays(value if isinstance(value, jax.Array) else np.asarray(value))
 
@@ -343,9 +344,10 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
              found: list[UsedVariables] | None):
     """``fn`` as ``program(variable_values, *dynamic) -> (outputs, new_values)``.
 
-    ``variable_values`` are ``used.read`` 's values (replicated); ``new_values`` are
-    ``used.assigned`` 's, combined across replicas by their aggregation. With ``found``,
-    the trace appends the variables ``fn`` used (the probe trace maps none).
+    ``variable_values`` are ``used.read`` 's values (replicated, or split as a sharded
+    optimizer state's slots: the replica gets its block); ``new_values`` are
+    ``used.assigned`` 's, combined across replicas by their aggregation (a split one's new
+    block is kept). With ``found``, the trace appends the variables ``fn`` used.
     """
     specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
     if has_mask:
@@ -370,12 +372,14 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
         else:
             check_assigned(fn, used, this_trace)
         old_values = dict(zip(map(id, used.read), values))
-        new_values = [aggregate(v, old_values[id(v)], new)
-                      for v, new in zip(used.assigned, new_values)]
+        new_values = [new if spec != P() else aggregate(v, old_values[id(v)], new)
+                      for v, new, spec in zip(used.assigned, new_values, assigned_specs)]
         return jax.tree.map(lambda o: jnp.expand_dims(jnp.asarray(o), 0), out), new_values
 
-    return compile_per_replica(mesh, per_replica, (P(), *specs), (P(BATCH_AXIS), P()),
-                               masked=has_mask)
+    read_specs = [spec_of(mesh, v.value) for v in used.read]
+    assigned_specs = [spec_of(mesh, v.value) for v in used.assigned]
+    return compile_per_replica(mesh, per_replica, ([*read_specs, P()], *specs),
+                               (P(BATCH_AXIS), assigned_specs), masked=has_mask)
 
 
 def aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:

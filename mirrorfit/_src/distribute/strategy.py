@@ -61,8 +61,9 @@ class MirroredStrategy(DeviceMesh):
         shard_optimizer_state: split the optimizer state over the replicas (each leaf along
             its first axis that divides by ``num_replicas_in_sync``; others stay
             mirrored) instead of mirroring it. For ``fit``/``train_on_batch`` with the
-            built-in train step; ``model.opt_state`` keeps its full shapes, and checkpoints
-            hold the full state.
+            built-in train step, and an optimizer object's ``apply_gradients`` inside
+            ``run`` (built there); ``model.opt_state`` keeps its full shapes, and
+            checkpoints hold the full state.
 
     Raises:
         TypeError: if ``devices`` is not a sequence of ``jax.Device``, or

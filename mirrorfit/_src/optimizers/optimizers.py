@@ -53,6 +53,7 @@ class Adam(Optimizer):
         >>> float(state.hyperparams["learning_rate"])
         9.999999747378752e-05
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
@@ -77,6 +78,7 @@ class AdamW(Optimizer):
     Raises:
         ValueError: for a bad learning rate or option, or ``weight_decay=None``.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, weight_decay: float = 0.004,
                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
@@ -102,6 +104,7 @@ class SGD(Optimizer):
     Raises:
         ValueError: for ``momentum`` outside ``[0, 1]`` or a bad option.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 0.01, momentum: float = 0.0,
                 nesterov: bool = False, **options: Unpack[OptimizerOptions]) -> Self:
@@ -126,6 +129,7 @@ class RMSprop(Optimizer):
         centered: whether to normalize by the estimated variance of the gradient.
         **options: Keras' `OptimizerOptions`.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, rho: float = 0.9,
                 momentum: float = 0.0, epsilon: float = 1e-7, centered: bool = False,
@@ -151,6 +155,7 @@ class Adagrad(Optimizer):
         epsilon: added to the sum before the square root.
         **options: Keras' `OptimizerOptions`.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, initial_accumulator_value: float = 0.1,
                 epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Self:
@@ -170,6 +175,7 @@ class Adadelta(Optimizer):
         epsilon: added inside both square roots.
         **options: Keras' `OptimizerOptions`.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, rho: float = 0.95,
                 epsilon: float = 1e-7, **options: Unpack[OptimizerOptions]) -> Self:
@@ -187,6 +193,7 @@ class Adamax(Optimizer):
         epsilon: added to ``u``.
         **options: Keras' `OptimizerOptions`.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
@@ -205,6 +212,7 @@ class Nadam(Optimizer):
         beta_1, beta_2, epsilon: as `Adam`.
         **options: Keras' `OptimizerOptions`.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.999, epsilon: float = 1e-7,
@@ -253,6 +261,7 @@ class Lion(Optimizer):
     Raises:
         ValueError: for ``beta_1`` outside ``(0, 1]`` or a bad option.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, beta_1: float = 0.9,
                 beta_2: float = 0.99, **options: Unpack[OptimizerOptions]) -> Self:
@@ -305,6 +314,7 @@ class Ftrl(Optimizer):
     Raises:
         ValueError: naming the argument, for one outside its range, as Keras.
     """
+    _updates_blocks = True  # element-wise: shard_optimizer_state updates blocks
 
     def __new__(cls, learning_rate: LearningRate = 1e-3, learning_rate_power: float = -0.5,
                 initial_accumulator_value: float = 0.1, l1_regularization_strength: float = 0.0,

@@ -13,12 +13,21 @@ all-reduces the gradients, as ``optimizer.apply_gradients`` under
 ``tf.distribute.MirroredStrategy`` does, with the context's ``gradient_reduce_op`` (SUM by
 default, for losses from `mirrorfit.compute_average_loss`). The context comes from the
 level-1 slot `mirrorfit._src.variables.replica`: this package cannot import ``distribute``.
+
+Under ``MirroredStrategy(shard_optimizer_state=True)`` (ZeRO-1/2, as ``fit`` does it): a
+``build`` inside ``strategy.run`` (the first ``apply_gradients`` there builds) places each
+state leaf split over the replicas, so ``run`` gives each replica its block; ``apply``
+reduce-scatters the gradients, updates this replica's block of every split param with its
+block of the state (`mirrorfit._src.optimizers.blocks`: clipping norms add every block), and
+all-gathers the new params, so they stay mirrored. A state built outside ``run`` stays
+mirrored: ``apply`` then cuts its blocks and gathers them back (the same results, no memory
+saved).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +35,7 @@ import numpy as np
 import optax
 from jax.core import Tracer
 
+from mirrorfit._src.optimizers import blocks
 from mirrorfit._src.variables import replica, stateless_scope
 from mirrorfit._src.variables.lifting import stored_value
 from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -37,6 +47,13 @@ NOT_BUILT = (
     "(optimizer.apply(grads, model.trainable_variables), or apply_gradients(zip(grads, "
     "model.trainable_variables))). Received: an optimizer that was never built"
 )
+
+NOT_ELEMENTWISE = (
+    "optimizer.apply_gradients inside strategy.run of a strategy with "
+    "shard_optimizer_state=True updates each replica's block of the params, which needs an "
+    "element-wise optimizer (Adam, AdamW, SGD, RMSprop, Adagrad, Adadelta, Adamax, Nadam, "
+    "Lion, Ftrl); {name} needs whole leaves. Use one of those, or "
+    "MirroredStrategy(shard_optimizer_state=False). Received: optimizer {name}")
 
 
 class _Slots:
@@ -71,6 +88,11 @@ class StatefulOptimizer:
     """
 
     __slots__ = ()
+
+    # Whether the update is element-wise, so it can run on blocks of the params
+    # (``shard_optimizer_state=True``); the classes listed in
+    # `mirrorfit._src.optimizers.sliceable.SLICEABLE_OPTIMIZERS` set it.
+    _updates_blocks: ClassVar[bool] = False
 
     # -- state --------------------------------------------------------------------------
 
@@ -130,7 +152,9 @@ class StatefulOptimizer:
         tx = cast(optax.GradientTransformationExtraArgs, self)
         slots = self._slots()
         reference = stored_value(variables[0]) if variables else None
-        place = _place_like(reference)
+        context = replica.current()
+        place = (context.place_optimizer_state if _sharded(context)
+                 else _place_like(reference))
         with jax.ensure_compile_time_eval():
             state = tx.init(_params(variables, [stored_value(v) for v in variables]))
             leaves, treedef = jax.tree_util.tree_flatten_with_path(state)
@@ -181,7 +205,8 @@ class StatefulOptimizer:
             ValueError: if the optimizer was never built and no variables are given, if the
                 gradients and variables differ in number, if a variable is not one the
                 optimizer was built with, if a gradient is ``None``, or inside
-                ``strategy.run`` of a strategy with ``shard_optimizer_state=True``.
+                ``strategy.run`` of a strategy with ``shard_optimizer_state=True`` for an
+                optimizer that cannot update blocks (`check_sliceable`: Lamb, Adafactor).
         """
         if not grads:
             return
@@ -196,13 +221,16 @@ class StatefulOptimizer:
                 self.build(variables)
         aligned = _aligned(list(grads), variables, slots.trainable)
         context = replica.current()
-        if context is not None:
-            context.check_mirrored_optimizer_state("optimizer.apply_gradients")
-        if context is not None and context.num_replicas_in_sync > 1:
+        sharded = _sharded(context)
+        if sharded and not self._updates_blocks:
+            raise ValueError(NOT_ELEMENTWISE.format(name=type(self).__name__))
+        if not sharded and context is not None and context.num_replicas_in_sync > 1:
             aligned = context.all_reduce(context.gradient_reduce_op, aligned)
         inputs = (aligned, [v.value for v in slots.trainable], [v.value for v in slots.state],
                   self.iterations.value)
-        if stateless_scope.in_stateless_scope() or any(
+        if sharded:
+            new_values, new_state, iterations = self._block_step(context, *inputs)
+        elif stateless_scope.in_stateless_scope() or any(
                 isinstance(x, Tracer) for x in jax.tree.leaves(inputs)):
             new_values, new_state, iterations = self._step(*inputs)
         else:  # eager: one compiled update (a compiled step traces the update inline)
@@ -212,22 +240,56 @@ class StatefulOptimizer:
         for variable, value in zip(slots.trainable, new_values):
             variable.assign(value)
         for variable, value in zip(slots.state, new_state):
-            variable.assign(value)
+            if np.shape(value) == variable.shape:
+                variable.assign(value)
+            else:  # this replica's block of a split slot: ``run`` assembles the whole
+                cast(StatelessScope, stateless_scope.get_stateless_scope()).add_update(
+                    variable, value)
         self.iterations.assign(iterations)
 
     def _step(self, grads: list[Any], values: list[Any], state: list[Any], iterations: Any
               ) -> tuple[list[Any], list[Any], Any]:
         """One pure update: ``(new values, new state leaves, iterations + 1)``."""
+        new_values, new_state = self._update(grads, values, state)
+        return self._constrained(new_values), new_state, iterations + 1
+
+    def _update(self, grads: list[Any], values: list[Any], state: list[Any]
+                ) -> tuple[list[Any], list[Any]]:
+        """``update`` + ``optax.apply_updates``: ``(new values, new state leaves)``."""
         tx = cast(optax.GradientTransformationExtraArgs, self)
         slots = self._slots()
         params = _params(slots.trainable, values)
         updates, new_state = tx.update(_params(slots.trainable, grads),
                                        jax.tree.unflatten(slots.treedef, state), params)
         new_params = cast(list[dict[str, Any]], optax.apply_updates(params, updates))
-        new_values = [next(iter(p.values())) for p in new_params]
-        new_values = [v.constraint(x) if v.constraint is not None else x
-                      for v, x in zip(slots.trainable, new_values)]
-        return new_values, jax.tree.leaves(new_state), iterations + 1
+        return [next(iter(p.values())) for p in new_params], jax.tree.leaves(new_state)
+
+    def _constrained(self, values: list[Any]) -> list[Any]:
+        return [v.constraint(x) if v.constraint is not None else x
+                for v, x in zip(self._slots().trainable, values)]
+
+    def _block_step(self, context: Any, grads: list[Any], values: list[Any], state: list[Any],
+                    iterations: Any) -> tuple[list[Any], list[Any], Any]:
+        """`_step` on this replica's blocks (a sharded optimizer state, inside ``run``).
+
+        ``grads`` are this replica's, full shapes; ``values`` the mirrored params; ``state``
+        leaves arrive as blocks where they are placed split (built in ``run``), whole where
+        mirrored (built outside; or the abstract trace in which ``run`` finds the variables):
+        cut here, gathered back after. Returns the new mirrored
+        params, the new state leaves as they arrived, and ``iterations + 1``.
+        """
+        arrived_split = [np.shape(x) != np.shape(stored_value(v))
+                         for x, v in zip(state, self._slots().state)]
+        whole_state = [context.blocks_of(x) if not split else x
+                       for x, split in zip(state, arrived_split)]
+        grad_blocks = context.reduce_scatter(context.gradient_reduce_op, grads)
+        with blocks.block_update(context.axis_name, context.split_flags(values)):
+            new_blocks, new_state = self._update(grad_blocks, context.blocks_of(values),
+                                                 whole_state)
+        new_values = context.gather_blocks(new_blocks, values)
+        new_state = [x if split else context.gather_blocks(x, old)
+                     for x, old, split in zip(new_state, state, arrived_split)]
+        return self._constrained(new_values), new_state, iterations + 1
 
     def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
                         trainable_variables: Sequence[Any]) -> tuple[list[Any], list[Any]]:
@@ -260,6 +322,12 @@ class StatefulOptimizer:
             self.apply(grads)
         return ([scope.get_current_value(v) for v in slots.trainable],
                 [scope.get_current_value(v) for v in own])
+
+
+def _sharded(context: Any) -> bool:
+    """Whether ``context`` (the current replica context, or None) updates blocks: inside
+    ``run`` of a strategy with ``shard_optimizer_state=True`` and several replicas."""
+    return context is not None and context.shard_optimizer_state
 
 
 def _params(variables: Sequence[Variable], values: Sequence[Any]) -> list[dict[str, Any]]:
