@@ -44,8 +44,9 @@ class ReplicaContext:
             ``train_step`` inside ``fit`` computes; the trainer sets it there).
         shard_optimizer_state: whether this is ``run`` 's context (with the strategy's
             ``mesh``) on several replicas of a strategy created with
-            ``shard_optimizer_state=True``: the optimizer objects then update blocks (`place_optimizer_state`, `reduce_scatter`,
-            `blocks_of`, `gather_blocks`), and `mirrorfit.apply_gradients` raises
+            ``shard_optimizer_state=True``: the optimizer objects then update blocks
+            (``_place_optimizer_state``, ``_reduce_scatter``, ``_blocks_of``,
+            ``_gather_blocks``), and `mirrorfit.apply_gradients` raises
             (`check_mirrored_optimizer_state`).
         axis_name: the mesh axis of the collectives (``"batch"``).
     """
@@ -83,13 +84,13 @@ class ReplicaContext:
 
     # -- a sharded optimizer state (ZeRO-1/2, `mirrorfit._src.distribute.zero`) -------------
 
-    def place_optimizer_state(self, leaf: Any) -> jax.Array:
+    def _place_optimizer_state(self, leaf: Any) -> jax.Array:
         """A new optimizer-state leaf placed as the strategy places them: split along its
         `zero.shard_axis` with ``shard_optimizer_state``, else mirrored. Only inside ``run``."""
         assert self._mesh is not None, "only a context of strategy.run places state"
         return zero.place_optimizer_state(self._mesh, leaf)
 
-    def reduce_scatter(self, reduce_op: Any, grads: Any) -> Any:
+    def _reduce_scatter(self, reduce_op: Any, grads: Any) -> Any:
         """`all_reduce` of ``grads`` of which this replica keeps only its block of each split
         leaf (``lax.psum_scatter``; `zero.reduce_gradients`); the other leaves whole."""
         op = ReduceOp.resolve(reduce_op)
@@ -98,15 +99,15 @@ class ReplicaContext:
             return summed
         return jax.tree.map(lambda g: g / self.num_replicas_in_sync, summed)
 
-    def split_flags(self, tree: Any) -> Any:
+    def _split_flags(self, tree: Any) -> Any:
         """True for each leaf of full-shape ``tree`` that is split over the replicas."""
         return zero.split_flags(tree)
 
-    def blocks_of(self, tree: Any) -> Any:
+    def _blocks_of(self, tree: Any) -> Any:
         """This replica's block of each split leaf of the full-shape ``tree``."""
         return zero.blocks_of(tree)
 
-    def gather_blocks(self, blocks: Any, like: Any) -> Any:
+    def _gather_blocks(self, blocks: Any, like: Any) -> Any:
         """The full leaves of ``like`` 's shapes from every replica's ``blocks``."""
         return zero.gather_blocks(blocks, like)
 

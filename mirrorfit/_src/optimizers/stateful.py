@@ -153,7 +153,7 @@ class StatefulOptimizer:
         slots = self._slots()
         reference = stored_value(variables[0]) if variables else None
         context = replica.current()
-        place = (context.place_optimizer_state if _sharded(context)
+        place = (context._place_optimizer_state if _sharded(context)
                  else _place_like(reference))
         with jax.ensure_compile_time_eval():
             state = tx.init(_params(variables, [stored_value(v) for v in variables]))
@@ -280,14 +280,14 @@ class StatefulOptimizer:
         """
         arrived_split = [np.shape(x) != np.shape(stored_value(v))
                          for x, v in zip(state, self._slots().state)]
-        whole_state = [context.blocks_of(x) if not split else x
+        whole_state = [context._blocks_of(x) if not split else x
                        for x, split in zip(state, arrived_split)]
-        grad_blocks = context.reduce_scatter(context.gradient_reduce_op, grads)
-        with blocks.block_update(context.axis_name, context.split_flags(values)):
-            new_blocks, new_state = self._update(grad_blocks, context.blocks_of(values),
+        grad_blocks = context._reduce_scatter(context.gradient_reduce_op, grads)
+        with blocks.block_update(context.axis_name, context._split_flags(values)):
+            new_blocks, new_state = self._update(grad_blocks, context._blocks_of(values),
                                                  whole_state)
-        new_values = context.gather_blocks(new_blocks, values)
-        new_state = [x if split else context.gather_blocks(x, old)
+        new_values = context._gather_blocks(new_blocks, values)
+        new_state = [x if split else context._gather_blocks(x, old)
                      for x, old, split in zip(new_state, state, arrived_split)]
         return self._constrained(new_values), new_state, iterations + 1
 
