@@ -2,6 +2,7 @@
 restore cut short by a failed peer process names the peer, not damage."""
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -89,3 +90,21 @@ def test_restore_cut_short_by_a_failed_peer_names_the_peer_not_damage(tmp_path, 
     assert "process 1 of the job failed with exit code 1" in message
     assert str(version) in message and "damaged" not in message.replace("not found damaged", "")
     assert not isinstance(err.value, checkpoint_lib.CheckpointError)  # backups are kept
+
+
+def test_abandoned_reads_of_a_failed_restore_leave_no_asyncio_log_records(caplog):
+    # After a failed restore, asyncio's "never retrieved" records of that checkpoint's reads
+    # are dropped, for good; other records (another path, other messages) still pass.
+    version = "/ckpts/w/ckpt-7"
+    with pytest.raises(ValueError), restore_errors.quiet_closed_loop(version):
+        raise ValueError("restore failed")
+    logger = logging.getLogger("asyncio")
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        logger.error("Future exception was never retrieved\nfuture: <Future finished "
+                     f"exception=ValueError('Error reading in local file \"{version}/arrays/\"')>")
+        logger.error("Future exception was never retrieved\nfuture: <Future finished "
+                     "exception=ValueError('Error reading \"/elsewhere/arrays/\"')>")
+        logger.error(f"Some other asyncio error about {version}")
+    assert [r.getMessage().splitlines()[-1] for r in caplog.records] == [
+        "future: <Future finished exception=ValueError('Error reading \"/elsewhere/arrays/\"')>",
+        "Some other asyncio error about /ckpts/w/ckpt-7"]

@@ -362,7 +362,7 @@ def load(version: str | os.PathLike) -> Checkpoint:
     damaged = (f"The checkpoint {os.fspath(version)!r} is damaged or incomplete and cannot be "
                "loaded: {detail}. Load an earlier checkpoint or save a new one.")
     entries: list[dict[str, Any]] = []
-    with restore_errors.quiet_closed_loop():  # orbax's abandoned reads after a failure
+    with restore_errors.quiet_closed_loop(version):  # orbax's abandoned reads on failure
         try:
             with _checkpointer() as checkpointer:
                 meta = checkpointer.restore(version, args=ocp.args.Composite(

@@ -13,7 +13,10 @@ restore does more:
 * `quiet_closed_loop` drops exactly that unraisable error (a ``RuntimeError`` whose message
   is "Event loop is closed", raised inside ``asyncio``) while a restore runs, and, once a
   restore failed, for the rest of the process (the abandoned reads complete when they
-  will); any other unraisable error goes to the previous ``sys.unraisablehook``;
+  will); any other unraisable error goes to the previous ``sys.unraisablehook``. The
+  abandoned reads that fail themselves are logged by ``asyncio`` ("Future exception was
+  never retrieved"): a filter on its logger drops those that name the failed checkpoint's
+  files, and only those;
 * `explain` first asks whether another process of the job failed (`failfast.failed_peer`):
   then orbax failed at its barrier or a read cut short, the files are not at fault, and
   `PeerFailedError` names that process (a "damaged" error would make `BackupAndRestore`
@@ -25,6 +28,8 @@ restore does more:
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -54,8 +59,29 @@ def _is_closed_loop_noise(unraisable: Any) -> bool:
     return False
 
 
+_NEVER_RETRIEVED = ("Future exception was never retrieved", "Task exception was never retrieved")
+
+
+class _AbandonedReads(logging.Filter):
+    """Drops ``asyncio`` 's "exception was never retrieved" records of reads of the
+    checkpoints in ``paths`` (whose restore failed or runs); every other record passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith(_NEVER_RETRIEVED)
+                    and any(path in text for path in self.paths))
+
+
+_abandoned_reads = _AbandonedReads()
+logging.getLogger("asyncio").addFilter(_abandoned_reads)
+
+
 @contextlib.contextmanager
-def quiet_closed_loop() -> Iterator[None]:
+def quiet_closed_loop(version: str | os.PathLike[str] = "") -> Iterator[None]:
     """Drops the "Event loop is closed" unraisable errors of orbax's abandoned reads.
 
     Inside the block, and for the rest of the process once the block raised (the abandoned
@@ -63,7 +89,12 @@ def quiet_closed_loop() -> Iterator[None]:
     dropped; every other unraisable error reaches the hook that was there before. A block
     that completes removes the filter again (unless a later hook replaced it meanwhile); a
     kept filter that a later hook replaced is installed again by the next block.
+
+    Args:
+        version: the checkpoint being restored: ``asyncio`` 's log records of its abandoned
+            reads are dropped while the block runs, and for good once it raised.
     """
+    path = os.fspath(version)
     with _hook_lock:
         previous = sys.unraisablehook
 
@@ -75,6 +106,8 @@ def quiet_closed_loop() -> Iterator[None]:
             hook = previous  # type: ignore[assignment]  # a kept filter is already in place
         else:
             sys.unraisablehook = hook
+    if path:
+        _abandoned_reads.paths.add(path)
     try:
         yield
     except BaseException:
@@ -82,6 +115,7 @@ def quiet_closed_loop() -> Iterator[None]:
             if sys.unraisablehook is hook:
                 setattr(hook, _KEPT, True)
         raise
+    _abandoned_reads.paths.discard(path)
     with _hook_lock:
         if sys.unraisablehook is hook and not getattr(hook, _KEPT, False):
             sys.unraisablehook = previous  # someone else's later hook stays
