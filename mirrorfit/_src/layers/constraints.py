@@ -173,15 +173,11 @@ def get(identifier: Any) -> Any:
         >>> mf.constraints.get("max_norm")
         MaxNorm(max_value=2, axis=0)
     """
-    if identifier is None or callable(identifier):
-        return identifier
-    if isinstance(identifier, dict):
-        return CONSTRAINTS.deserialize(identifier)
-    found = CONSTRAINTS.get(identifier) if isinstance(identifier, str) else None
-    if found is None:
-        raise ValueError(f"constraint must be None, one of {CONSTRAINTS.names()}, a config "
-                         f"dict or a callable w -> w. Received: constraint={identifier!r}")
-    return found()
+    if identifier is None:
+        return None
+    return CONSTRAINTS.resolve(identifier, (
+        f"constraint must be None, one of {CONSTRAINTS.names()}, a config dict or a callable "
+        f"w -> w. Received: constraint={identifier!r}"))
 
 
 def serialize(constraint: Any) -> Any:

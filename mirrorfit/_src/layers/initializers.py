@@ -289,17 +289,11 @@ def get(identifier: Any) -> InitFn:
         >>> mf.initializers.get("HeNormal")
         HeNormal(seed=None)
     """
-    if callable(identifier):
-        return cast(InitFn, identifier)
-    if isinstance(identifier, dict):
-        return INITIALIZERS.deserialize(identifier)
-    found = INITIALIZERS.get(identifier) if isinstance(identifier, str) else None
-    if found is None:
-        raise ValueError(f"initializer must be one of {INITIALIZERS.names()} or a callable "
-                         "(key, shape, dtype); to use a function of yours by name, register "
-                         "it with @mf.saving.register_serializable() or, when loading, pass "
-                         f"it in custom_objects. Received: initializer={identifier!r}")
-    return cast(InitFn, found() if inspect.isclass(found) else found)
+    return cast(InitFn, INITIALIZERS.resolve(identifier, (
+        f"initializer must be one of {INITIALIZERS.names()} or a callable (key, shape, dtype); "
+        "to use a function of yours by name, register it with "
+        "@mf.saving.register_serializable() or, when loading, pass it in custom_objects. "
+        f"Received: initializer={identifier!r}")))
 
 
 def variable_initializer(identifier: Any, dtype: Any) -> Callable[[Any, Any], jax.Array]:

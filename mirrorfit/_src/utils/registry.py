@@ -252,6 +252,26 @@ class Registry:
         found = get_registered_object(name, custom_objects)
         return found if found is not None else self.built_in(name)
 
+    def resolve(self, identifier: Any, unknown: str) -> Any:
+        """Keras' ``<kind>.get``: a callable as is, a config dict `deserialize` d, a name
+        looked up with `get` (a class is built with its defaults).
+
+        Args:
+            identifier: the callable, config dict or name.
+            unknown: the error message for anything else, or a name nothing is called.
+
+        Raises:
+            ValueError: ``unknown``, for a name nothing is called or another kind of value.
+        """
+        if callable(identifier):
+            return identifier
+        if isinstance(identifier, dict):
+            return self.deserialize(identifier)
+        found = self.get(identifier) if isinstance(identifier, str) else None
+        if found is None:
+            raise ValueError(unknown)
+        return found() if isinstance(found, type) else found
+
     def names(self) -> list[str]:
         """Every built-in name and alias, sorted, as registered."""
         return sorted(self._names)
