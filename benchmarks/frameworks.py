@@ -26,16 +26,20 @@ class MirrorfitRunner:
         verbose: the ``verbose`` argument of every call (1: progress bar).
         dtype_policy: the model's ``dtype_policy`` (e.g. ``"mixed_bfloat16"``).
         metrics: the compiled metrics (``[]`` for the language model: loss only).
+        device_resident: ``fit``'s ``device_resident`` (``None``: placed on the device when
+            it fits, the default a user gets; ``False``: every batch sent from the host).
     """
 
     def __init__(self, workload: Workload, num_devices: int, batch_size: int, mode: str,
                  steps_per_execution: int = 1, from_logits: bool = False, verbose: int = 1,
-                 dtype_policy: str = "float32", metrics: tuple = ("accuracy",)):
+                 dtype_policy: str = "float32", metrics: tuple = ("accuracy",),
+                 device_resident: bool | None = None):
         import mirrorfit as mf
 
         self.batch_size = batch_size
         self.mode = mode
         self.verbose = verbose
+        self.device_resident = device_resident
         strategy = mf.MirroredStrategy(devices=jax.devices()[:num_devices])
         with strategy.scope():
             self.model = mf.Model(workload.module, input_shape=workload.input_shape,
@@ -47,7 +51,8 @@ class MirrorfitRunner:
     def run(self, x: np.ndarray, y: np.ndarray, repeats: int) -> int:
         """Fits ``repeats`` epochs, or evaluates/predicts ``repeats`` times, over ``x`` ``[n, ...]``."""
         if self.mode == "fit":
-            self.model.fit(x, y, batch_size=self.batch_size, epochs=repeats, verbose=self.verbose)
+            self.model.fit(x, y, batch_size=self.batch_size, epochs=repeats, verbose=self.verbose,
+                           device_resident=self.device_resident)
         else:
             for _ in range(repeats):
                 if self.mode == "evaluate":

@@ -4,7 +4,13 @@ language model, ``fit`` against the hand-written loop and against Keras 3, with 
 Usage (on the GPU machine, from the checkout)::
 
     PYTHONPATH=. python benchmarks/gpu.py --out DIR   # the full run (about 15 minutes)
+    PYTHONPATH=. python benchmarks/gpu.py --short --no-keras --out DIR   # ~5 minutes
+    PYTHONPATH=. python benchmarks/gpu.py --short --keras-only --merge-into DIR/X.json --out DIR
     python benchmarks/gpu.py --quick --out DIR        # tiny smoke run on any backend
+
+``--short`` is the full models on less data with fewer, shorter rounds, sized to fit a
+device lease of a few minutes; ``--no-keras`` and ``--keras-only --merge-into REPORT`` split
+one run into two device calls (the Keras cases added to the report the first one wrote).
 
 Keras 3 needs wheels carried to the machine (``benchmarks/keras_wheels.sh`` downloads them
 into ``.peer-wheels/``; see ``venvs.offline_keras_python``); without them its cases are
@@ -24,16 +30,22 @@ float32). The cases:
   progress bar and accuracy metric); ``mirrorfit_fit_verbose0`` (no progress bar); at the
   first batch size ``handwritten_fused`` and ``mirrorfit_fit_spe`` (32 steps per call) and
   ``handwritten_preplaced`` (``handwritten.Preplaced``: the data set placed on the device once,
-  each batch gathered there; ``mirrorfit_fit`` on host input is also reported against it,
-  issue 12's "≥ 0.99× a loop that pre-places every batch"); and ``keras3_fit``.
+  each batch gathered there; ``mirrorfit_fit`` is also reported against it, issue 12's
+  "≥ 0.99× a loop that pre-places every batch") and ``mirrorfit_fit_host``
+  (``device_resident=False``: every batch sent from the host, where ``mirrorfit_fit`` places
+  an in-memory data set on the device by default); at the last batch size
+  ``mirrorfit_fit_float32`` (``dtype_policy="float32"``: the mixed-precision speed-up); and
+  ``keras3_fit``.
 * The decoder LM (GPT-2 small: 12 layers, d_model 768, 12 heads, vocabulary 50,304, sequence
   1024, tied output; random tokens, targets shifted by one; global batch 32 sequences):
-  ``handwritten``, ``mirrorfit_fit`` (loss only, progress bar) and ``keras3_fit``. Causal
+  ``handwritten``, ``mirrorfit_fit`` (loss only, progress bar), ``mirrorfit_fit_float32``
+  and ``keras3_fit``. Causal
   attention is ``jax.nn.dot_product_attention(is_causal=True)`` with the cuDNN
   implementation on a GPU (XLA's elsewhere).
 
-Each case warms up on a slice ending in a partial batch (compilation; counted); the
-hand-written loop calibrates the epochs per repeat; then the cases are timed in interleaved
+Each case warms up on one epoch of the timed rows less half a batch, so it ends in a partial
+batch (compilation; counted: ``first call s`` includes that epoch); the hand-written loop
+calibrates the epochs per repeat; then the cases are timed in interleaved
 rounds. The Keras 3 cases run first, each in its own process (``keras_gpu.py``; Keras is never
 imported here), before this process touches the device, so they have all its memory; they
 calibrate their own epochs per repeat.
@@ -52,7 +64,10 @@ utilization, ``MFU = train FLOPs per example * examples/s / measured bf16 matmul
   ``T`` sequence length; the attention term is not halved for the causal mask.
 
 The peak is the median rate of an ``N x N @ N x N`` bf16 matmul (N = 8192) on the same device
-in the same run. Writes ``<device>-<date>.json`` and ``.md`` to ``--out`` and prints the tables.
+in the same run; MFU against the datasheet's dense bf16 peak (`DATASHEET_BF16`) is reported
+beside it. Peak device memory (``memory_stats()["peak_bytes_in_use"]``) is read after each
+model's cases (the process's high-water mark so far). Writes ``<device>-<date>.json`` and
+``.md`` to ``--out`` after each model, and prints the tables.
 """
 
 import argparse
@@ -89,7 +104,11 @@ from workloads import (DecoderLM, ResNet18, Workload, lm_params_for_mfu,  # noqa
                        lm_train_flops_per_token)
 
 REFERENCE = {"mirrorfit_fit": "handwritten", "mirrorfit_fit_verbose0": "handwritten",
-             "mirrorfit_fit_spe": "handwritten_fused"}
+             "mirrorfit_fit_spe": "handwritten_fused", "mirrorfit_fit_host": "handwritten"}
+# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, by device_kind
+# substring, most specific first: H100 SXM5 / H200 989.4 TFLOP/s, H100 PCIe 756, A100 312.
+DATASHEET_BF16 = (("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12),
+                  ("A100", 312e12))
 POLICY = "mixed_bfloat16"  # every mirrorfit and Keras case; the hand-written loops cast to bf16
 
 
@@ -106,6 +125,27 @@ def settings(quick: bool) -> dict:
             "lm": {"vocab": 50_304, "seq": 1024, "layers": 12, "d_model": 768, "heads": 12,
                    "n": 1024, "batch": 32},
             "rounds": 5, "target_seconds": 2.0, "matmul_n": 8192}
+
+
+def short_settings() -> dict:
+    """`settings` of the full models for a device call of about five minutes: less data,
+    three rounds of about a second, no fused or ``verbose=0`` cases, Keras 3 at batch 256."""
+    cfg = settings(False)
+    cfg["resnet"].update(n=16_384, verbose0=False, fused=False, keras_batches=[256])
+    cfg["lm"].update(n=256)
+    cfg.update(rounds=3, target_seconds=1.0)
+    return cfg
+
+
+def datasheet_peak(device_kind: str) -> float | None:
+    """The device's dense bf16 datasheet peak in FLOP/s (`DATASHEET_BF16`), or ``None``."""
+    return next((peak for name, peak in DATASHEET_BF16 if name in device_kind), None)
+
+
+def peak_memory_bytes() -> int | None:
+    """The default device's peak bytes in use so far, where the backend reports it."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
 
 
 def matmul_peak(n: int, repeats: int = 7, calls: int = 10) -> float:
@@ -174,15 +214,18 @@ def time_cases(cases: dict, x, y, batch: int, unit: int, cfg: dict, counter: Com
         tag: the workload's name in the rows (``"resnet18"`` or ``"lm"``).
     """
     rows = {}
-    for name, runner in cases.items():  # warm-up: compilation, ending in a partial batch
+    rows_timed = len(x) // unit * unit
+    # Warm-up: compilation, on one epoch of the timed rows less half a batch, so it ends in a
+    # partial batch and a device-resident data set pads to the timed rows' size (one compile);
+    # the pre-placed loop compiles for its data set's exact shape (and drops partial batches).
+    for name, runner in cases.items():
         counter.phase = f"{tag}/{batch}/{name}"
-        steps = cfg["resnet"]["spe"] + 1 if name.endswith(("fused", "spe")) else 3
+        warm = rows_timed if name.endswith("preplaced") else rows_timed - batch // 2
         start = time.perf_counter()
-        runner.run(x[:steps * batch + batch // 2], y[:steps * batch + batch // 2], 1)
+        runner.run(x[:warm], y[:warm], 1)
         rows[name] = {"model": tag, "case": name, "batch": batch, "status": "ok",
                       "first_call_s": time.perf_counter() - start,
                       "compiles": counter.stats(counter.phase), "examples_per_s_all": []}
-    rows_timed = len(x) // unit * unit
     start = time.perf_counter()
     cases["handwritten"].run(x[:rows_timed], y[:rows_timed], 1)
     epochs = max(1, round(cfg["target_seconds"] / (time.perf_counter() - start)))
@@ -201,6 +244,10 @@ def time_cases(cases: dict, x, y, batch: int, unit: int, cfg: dict, counter: Com
             row["reference"] = REFERENCE[name]
             row["ratio"] = (row["examples_per_s"]["median"]
                             / rows[REFERENCE[name]]["examples_per_s"]["median"])
+    if "mirrorfit_fit_float32" in rows:  # the mixed-precision speed-up of the same fit
+        rows["mirrorfit_fit"]["bf16_speedup"] = (
+            rows["mirrorfit_fit"]["examples_per_s"]["median"]
+            / rows["mirrorfit_fit_float32"]["examples_per_s"]["median"])
     if "handwritten_preplaced" in rows:
         rows["mirrorfit_fit"]["vs_preplaced"] = (
             rows["mirrorfit_fit"]["examples_per_s"]["median"]
@@ -209,13 +256,16 @@ def time_cases(cases: dict, x, y, batch: int, unit: int, cfg: dict, counter: Com
 
 
 def rates(examples_per_s: list[float], flops_per_example: float, peak: float) -> dict:
-    """Median, spread, TFLOP/s and MFU of one case's per-round rates."""
+    """Median, spread, TFLOP/s and MFU of one case's per-round rates (``mfu`` against the
+    measured ``peak``, ``mfu_datasheet`` against the device's `datasheet_peak` if known)."""
     median = statistics.median(examples_per_s)
+    datasheet = datasheet_peak(jax.devices()[0].device_kind)
     return {"examples_per_s": {"median": median, "min": min(examples_per_s),
                                "max": max(examples_per_s), "repeats": len(examples_per_s)},
             "flops_per_example": flops_per_example,
             "tflops_per_s": flops_per_example * median / 1e12,
-            "mfu": flops_per_example * median / peak}
+            "mfu": flops_per_example * median / peak,
+            "mfu_datasheet": flops_per_example * median / datasheet if datasheet else None}
 
 
 def resnet_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
@@ -235,6 +285,9 @@ def resnet_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
         cases = {"handwritten": hand(), "mirrorfit_fit": fit()}
         if i == 0:  # issue 12's ceiling for host input: every batch already on the device
             cases["handwritten_preplaced"] = handwritten.Preplaced(hand())
+            cases["mirrorfit_fit_host"] = fit(device_resident=False)
+        if i == len(rc["batches"]) - 1:
+            cases["mirrorfit_fit_float32"] = fit(dtype_policy="float32")
         if rc["verbose0"]:
             cases["mirrorfit_fit_verbose0"] = fit(verbose=0)
         fused = rc["fused"] and i == 0
@@ -265,7 +318,9 @@ def lm_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
     cases = {"handwritten": handwritten.LMTrainer(workload, handwritten.make_mesh(devices), batch,
                                                   compute_dtype=jnp.bfloat16),
              "mirrorfit_fit": MirrorfitRunner(workload, devices, batch, "fit", from_logits=True,
-                                              dtype_policy=POLICY, metrics=())}
+                                              dtype_policy=POLICY, metrics=()),
+             "mirrorfit_fit_float32": MirrorfitRunner(workload, devices, batch, "fit",
+                                                      from_logits=True, metrics=())}
     flops = lc["seq"] * lm_train_flops_per_token(module)
     rows = time_cases(cases, x, y, batch, batch, cfg, counter, flops, peak, "lm")
     del cases
@@ -278,6 +333,8 @@ def keras_specs(cfg: dict) -> list[dict]:
     rc, lc = cfg["resnet"], cfg["lm"]
     specs = []
     for i, batch in enumerate(rc["batches"]):
+        if batch not in rc.get("keras_batches", rc["batches"]):
+            continue
         unit = rc["spe"] * batch if rc["fused"] and i == 0 else batch
         specs.append({"model": "resnet18", "batch": batch, "n": rc["n"],
                       "arch": {"width": rc["width"], "stage_blocks": rc["stage_blocks"]},
@@ -325,11 +382,11 @@ def keras_rows(results: list[dict], rows: list[dict], cfg: dict, peak: float) ->
     for result in results:
         spec = result.pop("spec")
         tag = spec["model"]
-        fit = next(r for r in rows if (r["model"], r["batch"], r["case"])
-                   == (tag, spec["batch"], "mirrorfit_fit"))
+        fit = next((r for r in rows if (r["model"], r["batch"], r["case"], r["status"])
+                    == (tag, spec["batch"], "mirrorfit_fit", "ok")), None)
         row = {"model": tag, "case": "keras3_fit", "batch": spec["batch"]}
         row.update(result)
-        if result["status"] == "ok":
+        if result["status"] == "ok" and fit is not None:
             row.update(rates(row.pop("examples_per_s"), fit["flops_per_example"], peak))
             fit["vs_keras3"] = (fit["examples_per_s"]["median"]
                                 / row["examples_per_s"]["median"])
@@ -351,68 +408,134 @@ def machine() -> dict:
 def _row(r: dict, per: int) -> str:
     """One markdown table row; ``per``: the rate multiplier (sequence length for tokens/s)."""
     if r["status"] != "ok":
-        return f"| {r['batch']} | {r['case']} | {r['status'][:200]} | | | | | | | |"
+        return f"| {r['batch']} | {r['case']} | {r['status'][:200]} | | | | | | | | |"
     e = r["examples_per_s"]
     ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "—"
     keras = f"{r['vs_keras3']:.2f}x" if "vs_keras3" in r else "—"
     if "vs_preplaced" in r:
         ratio += f" ({r['vs_preplaced']:.2f}x pre-placed)"
+    if "bf16_speedup" in r:
+        ratio += f"; {r['bf16_speedup']:.2f}x float32"
     compiles = r["compiles"]["count"] if "compiles" in r else "—"
+    datasheet = f"{r['mfu_datasheet']:.1%}" if r.get("mfu_datasheet") else "—"
     return (f"| {r['batch']} | {r['case']} | {e['median'] * per:,.0f} | {e['min'] * per:,.0f}–"
             f"{e['max'] * per:,.0f} | {ratio} | {keras} | {r['tflops_per_s']:.1f} | "
-            f"{r['mfu']:.1%} | {r['first_call_s']:.1f} | {compiles} |")
+            f"{r['mfu']:.1%} | {datasheet} | {r['first_call_s']:.1f} | {compiles} |")
+
+
+def _memory(report: dict, model: str) -> list[str]:
+    """The peak-memory line under a model's table, where it was measured."""
+    mirrorfit = report.get("peak_memory_bytes", {}).get(model)
+    keras = [r["peak_memory_bytes"] for r in report["results"]
+             if r["model"] == model and r.get("peak_memory_bytes")]
+    parts = ([f"mirrorfit's process after this model's cases {mirrorfit / 2**30:.1f} GiB"]
+             if mirrorfit else [])
+    parts += [f"Keras 3's process {max(keras) / 2**30:.1f} GiB"] if keras else []
+    return ["", "Peak device memory (`peak_bytes_in_use`): " + "; ".join(parts) + "."] if parts else []
 
 
 def markdown(report: dict) -> str:
     m, cfg = report["machine"], report["settings"]
     rc, lc = cfg["resnet"], cfg["lm"]
     head = ("| batch | case | {unit} | spread | vs hand-written | mirrorfit fit vs Keras 3 | "
-            "TFLOP/s | MFU | first call s | compiles in first call |")
-    rule = "|---|---|---|---|---|---|---|---|---|---|"
+            "TFLOP/s | MFU (measured peak) | MFU (datasheet) | first call s | "
+            "compiles in first call |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|"
+    datasheet = datasheet_peak(m["device"])
     lines = [f"# mirrorfit on one accelerator, {report['date']}, {m['device']}", "",
              f"{m['devices']} × {m['device']}, Python {m['python']}, jax {m['jax']}, flax "
              f"{m['flax']}, optax {m['optax']}, mirrorfit {m['mirrorfit_commit']}. bf16 through "
              f"`dtype_policy=\"{POLICY}\"` (hand-written: the same casts), Adam. Measured bf16 "
-             f"matmul peak: {report['matmul_peak_tflops']:.0f} TFLOP/s ({cfg['matmul_n']}³). "
-             f"{cfg['rounds']} interleaved rounds; median and min–max. Keras 3 cases run in "
-             "their own process, before the others.", "",
+             f"matmul peak: {report['matmul_peak_tflops']:.0f} TFLOP/s ({cfg['matmul_n']}³); "
+             + (f"datasheet dense bf16 peak {datasheet / 1e12:.0f} TFLOP/s. " if datasheet
+                else "no datasheet peak known for this device. ")
+             + f"{cfg['rounds']} interleaved rounds; median and min–max. Keras 3 cases run in "
+             "their own process, before the others"
+             + (" (in a later device call of the same session)." if report.get("keras_later")
+                else "."), "",
+             "`mirrorfit_fit` places an in-memory data set on the device (the default, "
+             "`device_resident=None`); `mirrorfit_fit_host` sends every batch from the host; "
+             "`mirrorfit_fit_float32` is the same `fit` without mixed precision (its ratio, "
+             "`Nx float32`, is the bf16 speed-up).", "",
              f"## ResNet-18 (width {rc['width']}, blocks {rc['stage_blocks']}), "
              f"{rc['n']:,} random 32×32×3 images", "", head.format(unit="examples/s"), rule]
     lines += [_row(r, 1) for r in report["results"] if r["model"] == "resnet18"]
+    lines += _memory(report, "resnet18")
     lines += ["", f"## Decoder LM ({report['lm_params'] / 1e6:.1f}M params for MFU, "
               f"{lc['layers']} layers, d_model {lc['d_model']}, {lc['heads']} heads, vocab "
               f"{lc['vocab']:,}, sequence {lc['seq']}, tied output), {lc['n']:,} random "
               f"sequences, attention: {report['lm_attention']}", "",
               head.format(unit="tokens/s"), rule]
     lines += [_row(r, lc["seq"]) for r in report["results"] if r["model"] == "lm"]
+    lines += _memory(report, "lm")
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> Path:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny models, for smoke tests")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny models, for smoke tests")
+    size.add_argument("--short", action="store_true",
+                      help="the full models on less data, fewer and shorter rounds")
+    keras = p.add_mutually_exclusive_group()
+    keras.add_argument("--no-keras", action="store_true", help="skip the Keras 3 cases")
+    keras.add_argument("--keras-only", action="store_true",
+                       help="only the Keras 3 cases, added to the report of --merge-into")
+    p.add_argument("--merge-into", type=Path,
+                   help="with --keras-only: the JSON report of an earlier --no-keras run")
     p.add_argument("--out", type=Path, default=HERE / "results", help="output directory")
     p.add_argument("--keras-wheels", type=Path, default=HERE.parent / ".peer-wheels",
                    help="wheels from keras_wheels.sh, for a Keras venv made offline")
     p.add_argument("--keras-venv", type=Path, default=HERE.parent / ".peer-venv" / "keras3",
                    help="where that venv is made (reused when ready)")
     args = p.parse_args(argv)
-    cfg = settings(args.quick)
-    # Keras first, in its own processes, while this one has not touched the device.
+    if args.keras_only != (args.merge_into is not None):
+        p.error("--keras-only and --merge-into REPORT.json go together: the Keras cases are "
+                f"added to an earlier --no-keras run's report. Received: --keras-only="
+                f"{args.keras_only}, --merge-into={args.merge_into}")
+    return args
+
+
+def keras_cases(args, cfg: dict) -> list[dict]:
+    """The Keras 3 results of ``cfg``'s cases (each in its own process), or none."""
+    if args.no_keras:
+        return []
     python, reason = venvs.offline_keras_python(args.keras_venv, args.keras_wheels)
-    keras_results = run_keras(keras_specs(cfg), python, reason)
+    return run_keras(keras_specs(cfg), python, reason)
+
+
+def main(argv=None) -> Path:
+    args = parse_args(argv)
+    if args.keras_only:
+        report = json.loads(args.merge_into.read_text())
+        results = keras_cases(args, report["settings"])
+        report["results"] += keras_rows(results, report["results"], report["settings"],
+                                        report["matmul_peak_tflops"] * 1e12)
+        report["keras_later"] = True
+        return write_report(report, args.out, markdown(report))
+    cfg = short_settings() if args.short else settings(args.quick)
+    # Keras first, in its own processes, while this one has not touched the device.
+    keras_results = keras_cases(args, cfg)
     counter = CompileCounter()
-    info = machine()
+    module = lm_module(cfg)
     peak = matmul_peak(cfg["matmul_n"])
     print(f"bf16 matmul peak: {peak / 1e12:.1f} TFLOP/s", file=sys.stderr)
-    results = resnet_rows(cfg, counter, peak) + lm_rows(cfg, counter, peak)
-    results += keras_rows(keras_results, results, cfg, peak)
-    module = lm_module(cfg)
-    report = {"machine": info, "date": datetime.date.today().isoformat(), "quick": args.quick,
-              "settings": cfg, "matmul_peak_tflops": peak / 1e12,
-              "lm_params": lm_params_for_mfu(module),
-              "lm_attention": module.attention or "xla", "results": results}
-    return write_report(report, args.out, markdown(report))
+    report = {"machine": machine(), "date": datetime.date.today().isoformat(),
+              "quick": args.quick, "short": args.short, "settings": cfg,
+              "matmul_peak_tflops": peak / 1e12, "lm_params": lm_params_for_mfu(module),
+              "lm_attention": module.attention or "xla", "results": [],
+              "peak_memory_bytes": {}}
+    for tag, rows_of in (("resnet18", resnet_rows), ("lm", lm_rows)):
+        try:
+            report["results"] += rows_of(cfg, counter, peak)
+        except Exception as e:  # noqa: BLE001 - keep the other model's results
+            report["results"].append({"model": tag, "case": "all", "batch": "—",
+                                      "status": f"crashed: {type(e).__name__}: {e}"[:800]})
+        report["peak_memory_bytes"][tag] = peak_memory_bytes()
+        path = write_report(report, args.out, markdown(report))  # kept if a later part dies
+        gc.collect()
+    report["results"] += keras_rows(keras_results, report["results"], cfg, peak)
+    return write_report(report, args.out, markdown(report)) if keras_results else path
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ same global batch. The ResNet adds the accuracy metric, as mirrorfit's ``fit`` c
 It warms up with one ``fit`` over ``warm_rows`` rows (compilation, ending in a partial
 batch), times one epoch over ``rows`` rows to pick the epochs per repeat (about
 ``target_seconds``), then times ``rounds`` fits of that many epochs and writes
-``{"status": "ok", "first_call_s", "examples_per_s": [...]}`` to ``--result``. A crash leaves
+``{"status": "ok", "first_call_s", "examples_per_s": [...], "peak_memory_bytes"}`` to
+``--result``. A crash leaves
 no result file: the parent reports the last lines of stderr.
 
 Usage: ``python keras_gpu.py --spec JSON --result PATH``.
@@ -74,7 +75,9 @@ def main(argv=None) -> None:
               "rows_per_repeat": rows, "epochs_per_repeat": epochs,
               "keras": keras.__version__, "backend": keras.backend.backend(),
               "compute_dtype": model.dtype_policy.compute_dtype,
-              "params": int(sum(np.prod(w.shape) for w in model.weights if w.trainable))}
+              "params": int(sum(np.prod(w.shape) for w in model.weights if w.trainable)),
+              "peak_memory_bytes": (jax.devices()[0].memory_stats() or {}).get(
+                  "peak_bytes_in_use")}
     with open(args.result, "w") as f:
         json.dump(result, f)
 

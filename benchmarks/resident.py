@@ -5,6 +5,7 @@ Usage::
     PYTHONPATH=. python benchmarks/resident.py            # a few minutes on 2 CPU cores
     PYTHONPATH=. python benchmarks/resident.py --quick    # smoke run, seconds
     PYTHONPATH=. python benchmarks/resident.py --out DIR  # JSON + markdown into DIR
+    PYTHONPATH=. python benchmarks/resident.py --rows-scale 8 --rounds 4   # on a GPU
 
 Cases: an MLP (784 -> 256 relu -> 10, Adam) and a small CNN (28x28x1: Conv 16 3x3 relu,
 max-pool 2, Conv 32 3x3 relu, max-pool 2, Dense 10, Adam) on random MNIST-shaped data, at
@@ -116,15 +117,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--rounds", type=int, default=8, help="fits per path and case")
+    parser.add_argument("--rows-scale", type=int, default=1,
+                        help="multiplies the data sets' rows (8192 MLP, 2048 CNN), e.g. 8 on "
+                             "an accelerator, where an epoch of the defaults takes milliseconds")
     args = parser.parse_args(argv)
-    repeats, rounds = (1, 1) if args.quick else (1, 8)
+    repeats, rounds = (1, 1) if args.quick else (1, args.rounds)
     load_before = os.getloadavg()
-    sizes = {"mlp": 512 if args.quick else 8192, "cnn": 256 if args.quick else 2048}
+    scale = args.rows_scale
+    sizes = {"mlp": 512 if args.quick else 8192 * scale,
+             "cnn": 256 if args.quick else 2048 * scale}
     results = [run_pair(kind, sizes[kind], batch, repeats, rounds)
                for kind in ("mlp", "cnn") for batch in (32, 256)]
     device = jax.devices()[0]
     header = (f"Device: {device.platform} ({device.device_kind}), one device, "
-              f"{os.cpu_count()} CPU cores; median examples/s over "
+              f"{os.cpu_count()} CPU cores; {sizes['mlp']:,} MLP and {sizes['cnn']:,} CNN rows; "
+              f"median examples/s over "
               f"{results[0]['epochs_timed']} timed epochs per path; 1-minute load average "
               f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after.")
     lines = [header, "",
@@ -140,7 +148,9 @@ def main(argv=None) -> int:
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = (f"resident-{device.platform}-{os.cpu_count()}core-{datetime.date.today()}"
+    where = (f"{os.cpu_count()}core" if device.platform == "cpu"
+             else device.device_kind.lower().replace(" ", "-"))
+    stem = (f"resident-{device.platform}-{where}-{datetime.date.today()}"
             + ("-quick" if args.quick else ""))
     report = {"machine": platform.machine(), "python": sys.version.split()[0],
               "jax": jax.__version__, "device": str(device.device_kind),

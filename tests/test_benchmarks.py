@@ -164,9 +164,9 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
     assert "tokens/s" in path.with_suffix(".md").read_text()
     report = json.loads(path.read_text())
     rows = {(r["model"], r["case"]): r for r in report["results"]}
-    assert set(rows) == {(m, c) for m in ("resnet18", "lm")
-                         for c in ("handwritten", "mirrorfit_fit", "keras3_fit")} | {
-                             ("resnet18", "handwritten_preplaced")}
+    assert set(rows) == {(m, c) for m in ("resnet18", "lm") for c in (
+        "handwritten", "mirrorfit_fit", "mirrorfit_fit_float32", "keras3_fit")} | {
+            ("resnet18", "handwritten_preplaced"), ("resnet18", "mirrorfit_fit_host")}
     assert report["matmul_peak_tflops"] > 0
     for key, r in rows.items():
         if key[1] == "keras3_fit" and r["status"] != "ok":
@@ -178,9 +178,13 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
         assert r["mfu"] > 0 and r["flops_per_example"] > 0
         if key[1] != "keras3_fit":
             assert max(r["compiles"]["by_function"].values()) == 1, (key, r["compiles"])
+            assert r["compiles_during_timed_rounds"] == 0, key
     for model in ("resnet18", "lm"):
         fit = rows[model, "mirrorfit_fit"]
         assert fit["reference"] == "handwritten" and fit["ratio"] > 0
+        assert fit["bf16_speedup"] == pytest.approx(
+            fit["examples_per_s"]["median"]
+            / rows[model, "mirrorfit_fit_float32"]["examples_per_s"]["median"])
         assert ("vs_keras3" in fit) == (rows[model, "keras3_fit"]["status"] == "ok")
     assert rows["resnet18", "mirrorfit_fit"]["vs_preplaced"] == pytest.approx(
         rows["resnet18", "mirrorfit_fit"]["examples_per_s"]["median"]
