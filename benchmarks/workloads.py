@@ -83,7 +83,8 @@ class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention: one fused QKV projection, `jax.nn.dot_product_attention`.
 
     ``implementation`` is passed to ``jax.nn.dot_product_attention``: ``"cudnn"`` (flash
-    attention, GPU only, bf16/fp16) or ``None`` (XLA picks; on CPU the plain softmax).
+    attention, GPU only, bf16/fp16; float32 calls fall back to XLA's) or ``None`` (XLA picks;
+    on CPU the plain softmax).
     """
 
     heads: int
@@ -94,8 +95,11 @@ class CausalSelfAttention(nn.Module):
         batch, seq, d_model = x.shape
         qkv = nn.Dense(3 * d_model)(x).reshape(batch, seq, 3, self.heads, d_model // self.heads)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        # cuDNN's fused attention takes only fp16/bf16: a float32 call (the init trace, a
+        # float32 run) uses XLA's
+        half = q.dtype in (jnp.bfloat16, jnp.float16)
         y = jax.nn.dot_product_attention(q, k, v, is_causal=True,
-                                         implementation=self.implementation)
+                                         implementation=self.implementation if half else None)
         return nn.Dense(d_model)(y.reshape(batch, seq, d_model))
 
 
