@@ -17,7 +17,9 @@ the whole set. Its rows are padded with
 zeros (never indexed) up to a power of two (`bucket_rows`): the step is compiled for the
 data set's shape, and so fits on data sets of similar sizes share one compile, as batches
 of one shape do on the host path. It costs those bytes on every device, which the budget
-counts (`resident_bytes`).
+counts (`resident_bytes`); the padding is added on the devices after the transfer (for a
+moment the unpadded copy is there too), as a host copy of the data set would cost more
+than the transfer itself.
 
 ``fit(..., device_resident=None)`` decides per data set (`choose`): the training arrays,
 then the validation arrays, are resident while their bytes fit `BUDGET_FRACTION` of the
@@ -37,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from mirrorfit._src.distribute.batch import Batch, place_batches
@@ -89,11 +92,11 @@ def resident_bytes(data: ArrayDataAdapter) -> int:
         leaf.dtype)).itemsize for leaf in jax.tree.leaves(data.arrays())))
 
 
-def _padded(a: np.ndarray, rows: int) -> np.ndarray:
-    """``a`` ``[n, ...]`` followed by zero rows up to ``[rows, ...]``."""
-    out = np.zeros((rows,) + a.shape[1:], a.dtype)
-    out[:len(a)] = a
-    return out
+@functools.partial(jax.jit, static_argnames="rows")
+def _padded(a: jax.Array, rows: int) -> jax.Array:
+    """``a`` ``[n, ...]`` followed by zero rows up to ``[rows, ...]``, on ``a`` 's devices (a
+    host copy of the whole data set per ``fit`` cost more than its transfer)."""
+    return jnp.pad(a, [(0, rows - a.shape[0])] + [(0, 0)] * (a.ndim - 1))
 
 
 def free_bytes(strategy: DeviceMesh) -> int:
@@ -168,8 +171,10 @@ class DeviceResident:
         arrays = self._arrays
         if arrays is None:
             rows = bucket_rows(self.data.num_examples)
-            host = jax.tree.map(lambda a: _padded(a, rows), Batch(*self.data.arrays(), None))
-            arrays = self._arrays = self.strategy.replicate_arrays(host)
+            placed = self.strategy.replicate_arrays(Batch(*self.data.arrays(), None))
+            if rows != self.data.num_examples:
+                placed = jax.tree.map(lambda a: _padded(a, rows=rows), placed)
+            arrays = self._arrays = placed
         return arrays
 
     def batches(self, epoch: int = 0, start_step: int = 0, group: int = 1
