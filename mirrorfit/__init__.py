@@ -23,7 +23,6 @@ from mirrorfit import utils as utils
 from mirrorfit._src.callbacks.callback import History as History
 from mirrorfit._src.distribute.distributed_input import InputContext as InputContext
 from mirrorfit._src.distribute.function import function as function
-from mirrorfit._src.distribute.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.distribute.multi_worker.strategy import (
     MultiWorkerMirroredStrategy as MultiWorkerMirroredStrategy,
 )
@@ -39,10 +38,12 @@ from mirrorfit._src.distribute.values import Mirrored as Mirrored
 from mirrorfit._src.distribute.values import PerReplica as PerReplica
 from mirrorfit._src.distribute.values import ReduceOp as ReduceOp
 from mirrorfit._src.distribute.values import batch_mask as batch_mask
+from mirrorfit._src.distribute.zero import unsplit_optimizer_state as unsplit_optimizer_state
 from mirrorfit._src.layers.functional import Input as Input
 from mirrorfit._src.models.loading import load_model as load_model
 from mirrorfit._src.models.model import Model as Model
 from mirrorfit._src.models.sequential import Sequential as Sequential
+from mirrorfit._src.optimizers.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
 from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint
@@ -93,6 +94,7 @@ __all__ = [
     "regularizers",
     "saving",
     "scale_regularization_loss",
+    "unsplit_optimizer_state",
     "utils",
     "value_and_grad",
 ]

@@ -1,13 +1,14 @@
 """The sharded optimizer state's placement (`zero.place_optimizer_state`), a custom loop's
-optimizer object updating blocks under ``shard_optimizer_state=True``, and the clear error
-of the updates that cannot; fit with it is tested in tests/trainers/test_sharded_state.py."""
+optimizer object updating blocks under ``shard_optimizer_state=True``, the clear error of
+the objects that cannot, and `mf.unsplit_optimizer_state` refusing blocks kept through
+``mf.Mirrored``; fit with it is tested in tests/trainers/test_sharded_state.py, the
+functional `mf.apply_gradients` in tests/optimizers/test_gradients.py."""
 
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -86,20 +87,24 @@ def test_custom_loop_optimizer_object_sharded_equals_mirrored(n):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
-def test_custom_loop_updates_that_cannot_be_sharded_are_refused():
+def test_custom_loop_optimizer_objects_that_cannot_update_blocks_are_refused():
     strategy = mf.MirroredStrategy(jax.devices()[:2], shard_optimizer_state=True)
-    opt = optax.sgd(0.1)
-    params = strategy.replicate({"w": jnp.zeros(4)})
-
-    def step(params, opt_state):
-        return mf.apply_gradients(opt, params, opt_state, params)
-
-    with pytest.raises(ValueError, match="mf.apply_gradients inside strategy.run.*"
-                                         "optimizer.apply_gradients.*"
-                                         "shard_optimizer_state=False"):
-        strategy.run(step, (params, opt.init(params)))
     with strategy.scope():
         variable = mf.Variable(np.zeros(4, np.float32))
         optimizer = mf.optimizers.Lamb(0.1)
     with pytest.raises(ValueError, match="element-wise optimizer.*Lamb needs whole leaves"):
         strategy.run(lambda: optimizer.apply_gradients([(jnp.ones(4), variable)]))
+
+
+def test_unsplit_optimizer_state_refuses_blocks_returned_through_mirrored():
+    strategy = mf.MirroredStrategy(jax.devices()[:2], shard_optimizer_state=True)
+    adam = mf.optimizers.Adam(0.1)
+    params = strategy.replicate({"w": jnp.zeros(4)})
+
+    def step(params, opt_state):  # the state's blocks wrongly marked as the same everywhere
+        return mf.Mirrored(mf.apply_gradients(adam, params, opt_state, params))
+
+    _, opt_state = strategy.run(step, (params, adam.init(params)))
+    with pytest.raises(ValueError, match=r"leaf .*\['w'\] must be whole \(shape \(4,\)\).*"
+                                         r"mf.Mirrored keep only replica 0's.*shape \(2,\)"):
+        mf.unsplit_optimizer_state(adam, opt_state, params)

@@ -19,15 +19,6 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.variables import replica as replica_slot
 
-SHARDED_CUSTOM_LOOP = (
-    "{what} inside strategy.run updates an optimizer state that the custom loop passes in "
-    "and out of run whole, but this strategy was created with shard_optimizer_state=True, "
-    "which splits the state over the replicas. With it, a custom loop updates through the "
-    "optimizer object (optimizer.apply_gradients(zip(grads, variables)) or "
-    "optimizer.apply(grads), whose state variables are split), or create the strategy with "
-    "shard_optimizer_state=False (the default). Received: {what} under a strategy with "
-    "shard_optimizer_state=True")
-
 
 class ReplicaContext:
     """The context of one replica inside ``strategy.run`` (``tf.distribute.ReplicaContext``).
@@ -44,10 +35,9 @@ class ReplicaContext:
             ``train_step`` inside ``fit`` computes; the trainer sets it there).
         shard_optimizer_state: whether this is ``run`` 's context (with the strategy's
             ``mesh``) on several replicas of a strategy created with
-            ``shard_optimizer_state=True``: the optimizer objects then update blocks
-            (``_place_optimizer_state``, ``_reduce_scatter``, ``_blocks_of``,
-            ``_gather_blocks``), and `mirrorfit.apply_gradients` raises
-            (`check_mirrored_optimizer_state`).
+            ``shard_optimizer_state=True``: the optimizer objects and
+            `mirrorfit.apply_gradients` then update blocks (``_place_optimizer_state``,
+            ``_reduce_scatter``, ``_split_flags``, ``_blocks_of``, ``_gather_blocks``).
         axis_name: the mesh axis of the collectives (``"batch"``).
     """
 
@@ -68,19 +58,6 @@ class ReplicaContext:
     def replica_id_in_sync_group(self) -> jax.Array | int:
         """This replica's index in ``[0, num_replicas_in_sync)`` (a traced int in ``run``)."""
         return lax.axis_index(BATCH_AXIS) if self._in_run else 0
-
-    def check_mirrored_optimizer_state(self, what: str) -> None:
-        """Refuses `mirrorfit.apply_gradients` (its ``opt_state`` passes in and out of
-        ``run`` whole) under ``shard_optimizer_state=True``.
-
-        Args:
-            what: the call, for the message (``"mf.apply_gradients"``).
-
-        Raises:
-            ValueError: if the strategy shards the optimizer state.
-        """
-        if self.shard_optimizer_state:
-            raise ValueError(SHARDED_CUSTOM_LOOP.format(what=what))
 
     # -- a sharded optimizer state (ZeRO-1/2, `mirrorfit._src.distribute.zero`) -------------
 

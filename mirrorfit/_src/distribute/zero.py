@@ -19,7 +19,8 @@ replica updates only its block of each param:
 A leaf with no axis that divides by the replica count is not split: its gradient is
 all-reduced and every replica updates it whole. `split_flags` says which leaves are blocks
 (`mirrorfit._src.optimizers.blocks` needs it for norms). Call these inside a per-replica
-function over `BATCH_AXIS`.
+function over `BATCH_AXIS`. A custom loop's `mirrorfit.apply_gradients` returns its state
+as blocks, which ``run`` returns as `PerReplica`; `unsplit_optimizer_state` joins them whole.
 
 Splitting along an existing axis, rather than flattening and padding every leaf, keeps the
 state's shapes, so files written from a split state and from a mirrored one are the same
@@ -33,12 +34,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
+from mirrorfit._src.distribute.values import PerReplica, unwrap_mirrored
 
 
 def shard_axis(shape: Sequence[int], num_replicas: int) -> int | None:
@@ -161,3 +164,70 @@ def host_copy(mesh: DeviceMesh, tree: Any) -> Any:
     split = not all(leaf.is_fully_addressable for leaf in jax.tree.leaves(tree)
                     if isinstance(leaf, jax.Array))
     return mesh.fetch(tree) if mesh.shard_optimizer_state or split else jax.device_get(tree)
+
+
+def unsplit_optimizer_state(optimizer: Any, opt_state: Any, params: Any) -> Any:
+    """The whole optimizer state of a custom loop whose `mirrorfit.apply_gradients` updates
+    blocks (``MirroredStrategy(shard_optimizer_state=True)``), e.g. to save it.
+
+    ``strategy.run`` returns the state that `mirrorfit.apply_gradients` gives back as
+    `PerReplica` leaves, one block of each split leaf per replica (the leaves that are not
+    split, whole on every replica); this joins each leaf's blocks along its split axis. The
+    result may be passed to ``run`` again (it is cut into blocks there), or read with
+    ``jax.device_get``. With several processes, every process calls it.
+
+    Args:
+        optimizer: the ``optax.GradientTransformation`` of the loop.
+        opt_state: the state as ``run`` returned it (or the whole state, returned as it is).
+        params: the params (mirrored), for the state's full shapes
+            (``jax.eval_shape(optimizer.init, params)``).
+
+    Returns:
+        ``opt_state`` with every leaf a ``jax.Array`` of its full shape, mirrored on the
+        strategy's devices.
+
+    Raises:
+        ValueError: if ``opt_state`` does not have the structure of
+            ``optimizer.init(params)``, or a leaf is neither whole nor one block per replica
+            (e.g. blocks returned through ``mf.Mirrored``, which keeps replica 0's).
+    """
+    full = jax.eval_shape(optimizer.init, unwrap_mirrored(params))
+    shapes, treedef = jax.tree.flatten(full)
+    try:
+        leaves = treedef.flatten_up_to(unwrap_mirrored(opt_state))
+    except (TypeError, ValueError) as error:
+        raise ValueError("opt_state must have the structure of optimizer.init(params). "
+                         f"Received: opt_state with the structure error {error}") from None
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(full)[0]]
+    return treedef.unflatten([_whole(path, like.shape, leaf)
+                              for path, like, leaf in zip(paths, shapes, leaves)])
+
+
+_NOT_WHOLE = (
+    "opt_state leaf {path} must be whole (shape {full}) or one block per replica (a "
+    "PerReplica, as strategy.run returns it from mf.apply_gradients); blocks returned "
+    "through mf.Mirrored keep only replica 0's: return the state unmarked. Received: a leaf "
+    "of shape {shape}")
+
+
+def _whole(path: str, shape: tuple[int, ...], leaf: Any) -> Any:
+    """``leaf`` as a full-shape array: a `PerReplica` ``[replicas, *block]`` joined along
+    its `shard_axis` (or its first row when not split) and mirrored; a whole leaf as it is."""
+    if not isinstance(leaf, PerReplica):
+        if np.shape(leaf) != shape:
+            raise ValueError(_NOT_WHOLE.format(path=path, shape=np.shape(leaf), full=shape))
+        return leaf
+    values = leaf.values
+    replicas, block = values.shape[0], values.shape[1:]
+    axis = shard_axis(shape, replicas)
+    if block == shape:  # not split: the same on every replica
+        whole = values[0]
+    elif axis is not None and block == (*shape[:axis], shape[axis] // replicas,
+                                        *shape[axis + 1:]):
+        whole = jnp.moveaxis(values, 0, axis).reshape(shape)
+    else:
+        raise ValueError(_NOT_WHOLE.format(path=path, shape=block, full=shape))
+    sharding = values.sharding
+    if isinstance(sharding, NamedSharding):
+        whole = jax.device_put(whole, NamedSharding(sharding.mesh, P()))
+    return whole

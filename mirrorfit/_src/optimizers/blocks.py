@@ -8,7 +8,9 @@ accumulation) computes on a block exactly what it computes on that part of the w
 A norm needs every block: the step traces the update inside `block_update`, and the
 clipping of `mirrorfit._src.optimizers.options` reads the squared norms through
 `leaf_sums_of_squares` and `global_sum_of_squares`, which add the blocks' sums over the
-replicas (``lax.psum``). Outside `block_update` they are the plain sums.
+replicas (``lax.psum``); so does the loss-scale optimizer's finite check
+(`on_every_replica`: a step is skipped on every replica when one block is not finite).
+Outside `block_update` they are the plain sums and flags.
 """
 
 from __future__ import annotations
@@ -58,6 +60,15 @@ def leaf_sums_of_squares(tree: Any) -> Any:
     axis_name, split = current
     return jax.tree.map(lambda s, is_split: lax.psum(s, axis_name) if is_split else s,
                         sums, split)
+
+
+def on_every_replica(flag: jax.Array) -> jax.Array:
+    """bool ``[]``: whether ``flag`` (a bool ``[]`` about this replica's blocks, such as
+    "all finite") holds on every replica inside `block_update`; ``flag`` itself outside."""
+    current = getattr(_BLOCKS, "current", None)
+    if current is None:
+        return flag
+    return lax.psum(jnp.logical_not(flag).astype(jnp.int32), current[0]) == 0
 
 
 def active() -> bool:

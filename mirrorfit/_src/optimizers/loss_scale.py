@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from mirrorfit._src.optimizers import blocks
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.utils.checks import positive_int
 
@@ -139,7 +140,9 @@ class LossScaleOptimizer(optax.GradientTransformationExtraArgs):
             def non_finite(_):
                 return jax.tree.map(jnp.zeros_like, updates), _non_finite_update(state)
 
-            return lax.cond(all_finite(updates), finite, non_finite, None)
+            # on blocks (a sharded state), every replica skips if any block is not finite
+            finite_everywhere = blocks.on_every_replica(all_finite(updates))
+            return lax.cond(finite_everywhere, finite, non_finite, None)
 
         self = super().__new__(cls, init, update)
         self.inner_optimizer, self.initial_scale = inner_optimizer, float(initial_scale)

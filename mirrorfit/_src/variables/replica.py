@@ -3,8 +3,9 @@
 `mirrorfit._src.distribute.replica_context` defines the replica context (the collectives over
 the mesh) and makes one current while ``strategy.run`` or a ``fit`` step traces its
 per-replica function. It keeps it in this slot, because the optimizers, on the same level as
-``distribute``, cannot import it: ``optimizer.apply_gradients`` inside ``strategy.run``
-all-reduces the gradients through the context found here (its ``num_replicas_in_sync``,
+``distribute``, cannot import it: ``optimizer.apply_gradients`` (and the functional
+``mf.apply_gradients``) inside ``strategy.run`` all-reduces the gradients through the
+context found here (its ``num_replicas_in_sync``,
 ``gradient_reduce_op`` and ``all_reduce``), as a ``tf.distribute`` optimizer does.
 
 This module imports nothing else from mirrorfit.
