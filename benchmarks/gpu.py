@@ -64,13 +64,14 @@ utilization, ``MFU = train FLOPs per example * examples/s / measured bf16 matmul
   ``T`` sequence length; the attention term is not halved for the causal mask.
 
 The peak is the median rate of an ``N x N @ N x N`` bf16 matmul (N = 8192) on the same device
-in the same run; MFU against the datasheet's dense bf16 peak (`DATASHEET_BF16`) is reported
+in the same run; MFU against the datasheet's dense bf16 peak (``ThroughputMonitor``'s table, `peak_flops_of`) is reported
 beside it. Peak device memory (``memory_stats()["peak_bytes_in_use"]``) is read after each
 model's cases (the process's high-water mark so far). Writes ``<device>-<date>.json`` and
 ``.md`` to ``--out`` after each model, and prints the tables.
 """
 
 import argparse
+import copy
 import datetime
 import functools
 import gc
@@ -97,6 +98,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 import handwritten  # noqa: E402
 import venvs  # noqa: E402
 from frameworks import MirrorfitRunner  # noqa: E402
+from mirrorfit._src.callbacks.throughput import peak_flops_of  # noqa: E402
 from run import write_report  # noqa: E402
 from _worker import CompileCounter  # noqa: E402
 from synthetic import make_data, make_tokens  # noqa: E402
@@ -105,10 +107,7 @@ from workloads import (DecoderLM, ResNet18, Workload, lm_params_for_mfu,  # noqa
 
 REFERENCE = {"mirrorfit_fit": "handwritten", "mirrorfit_fit_verbose0": "handwritten",
              "mirrorfit_fit_spe": "handwritten_fused", "mirrorfit_fit_host": "handwritten"}
-# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, by device_kind
-# substring, most specific first: H100 SXM5 / H200 989.4 TFLOP/s, H100 PCIe 756, A100 312.
-DATASHEET_BF16 = (("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12),
-                  ("A100", 312e12))
+
 POLICY = "mixed_bfloat16"  # every mirrorfit and Keras case; the hand-written loops cast to bf16
 
 
@@ -135,11 +134,6 @@ def short_settings() -> dict:
     cfg["lm"].update(n=256)
     cfg.update(rounds=3, target_seconds=1.0)
     return cfg
-
-
-def datasheet_peak(device_kind: str) -> float | None:
-    """The device's dense bf16 datasheet peak in FLOP/s (`DATASHEET_BF16`), or ``None``."""
-    return next((peak for name, peak in DATASHEET_BF16 if name in device_kind), None)
 
 
 def peak_memory_bytes() -> int | None:
@@ -235,10 +229,11 @@ def time_cases(cases: dict, x, y, batch: int, unit: int, cfg: dict, counter: Com
             start = time.perf_counter()
             examples = runner.run(x[:rows_timed], y[:rows_timed], epochs)
             rows[name]["examples_per_s_all"].append(examples / (time.perf_counter() - start))
-    later_compiles = counter.stats(counter.phase)["count"]
+    later = copy.deepcopy(counter.stats(counter.phase))  # the counter's own dict grows on
     for name, row in rows.items():
         row.update(rows_per_repeat=rows_timed, epochs_per_repeat=epochs,
-                   compiles_during_timed_rounds=later_compiles,
+                   compiles_during_timed_rounds=later["count"],
+                   timed_compiles_by_function=later["by_function"],
                    **rates(row.pop("examples_per_s_all"), flops_per_example, peak))
         if REFERENCE.get(name) in rows:
             row["reference"] = REFERENCE[name]
@@ -259,7 +254,7 @@ def rates(examples_per_s: list[float], flops_per_example: float, peak: float) ->
     """Median, spread, TFLOP/s and MFU of one case's per-round rates (``mfu`` against the
     measured ``peak``, ``mfu_datasheet`` against the device's `datasheet_peak` if known)."""
     median = statistics.median(examples_per_s)
-    datasheet = datasheet_peak(jax.devices()[0].device_kind)
+    datasheet = peak_flops_of(jax.devices()[0].device_kind)
     return {"examples_per_s": {"median": median, "min": min(examples_per_s),
                                "max": max(examples_per_s), "repeats": len(examples_per_s)},
             "flops_per_example": flops_per_example,
@@ -443,7 +438,7 @@ def markdown(report: dict) -> str:
             "TFLOP/s | MFU (measured peak) | MFU (datasheet) | first call s | "
             "compiles in first call |")
     rule = "|---|---|---|---|---|---|---|---|---|---|---|"
-    datasheet = datasheet_peak(m["device"])
+    datasheet = peak_flops_of(m["device"])
     lines = [f"# mirrorfit on one accelerator, {report['date']}, {m['device']}", "",
              f"{m['devices']} × {m['device']}, Python {m['python']}, jax {m['jax']}, flax "
              f"{m['flax']}, optax {m['optax']}, mirrorfit {m['mirrorfit_commit']}. bf16 through "

@@ -177,8 +177,11 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
         assert 0 < rates["min"] <= rates["median"] <= rates["max"], (key, rates)
         assert r["mfu"] > 0 and r["flops_per_example"] > 0
         if key[1] != "keras3_fit":
-            assert max(r["compiles"]["by_function"].values()) == 1, (key, r["compiles"])
-            assert r["compiles_during_timed_rounds"] == 0, key
+            steps = {f: n for f, n in r["compiles"]["by_function"].items()
+                     if f != "jit(_padded)"}  # a resident data set's padding, once per leaf
+            assert max(steps.values()) == 1, (key, r["compiles"])
+            # no step compiles again (a resident data set's padding may, per data set size)
+            assert set(r["timed_compiles_by_function"]) <= {"jit(_padded)"}, key
     for model in ("resnet18", "lm"):
         fit = rows[model, "mirrorfit_fit"]
         assert fit["reference"] == "handwritten" and fit["ratio"] > 0
