@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.saving import background
+from mirrorfit._src.saving import background, checkpoint_format
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving.checkpoint_files import CheckpointWriteError
 from mirrorfit._src.saving.directory_lock import DirectoryLock
@@ -79,8 +79,8 @@ def test_fit_keeps_one_write_in_flight_and_returns_after_the_last(model, tmp_pat
     assert not checkpoint._writer.in_flight
     last = checkpoint_lib.read_latest(tmp_path / "ckpt")  # written before fit returned
     assert int(last.arrays["step"]) == 5
-    tree_equal([last.arrays[k] for k in sorted(checkpoint_lib.select(last.arrays, "params"))],
-               [np.asarray(v) for _, v in sorted(checkpoint_lib.flatten(
+    tree_equal([last.arrays[k] for k in sorted(checkpoint_format.select(last.arrays, "params"))],
+               [np.asarray(v) for _, v in sorted(checkpoint_format.flatten(
                    {"params": model.state.params}).items())])
 
 
