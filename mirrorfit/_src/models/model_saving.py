@@ -126,7 +126,8 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path",
     state = model.state
     tree = {"params": state.params, "model_state": state.model_state}
     if writer is not None:
-        return background.save(writer, path, tree, info, argument=argument, lock=lock)
+        return background.save(writer, path, zero.host_copy(model.strategy, tree), info,
+                               argument=argument, lock=lock)
     return save(path, tree, info, argument=argument, lock=lock)
 
 
