@@ -5,15 +5,17 @@ import threading
 import time
 
 import flax.linen as nn
+import jax
 import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.saving import background
+from mirrorfit._src.distribute import zero
+from mirrorfit._src.saving import background, checkpoint_format
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving.checkpoint_files import CheckpointWriteError
 from mirrorfit._src.saving.directory_lock import DirectoryLock
-from tests.helpers import compiled_classifier, reset_to_initial, tree_equal
+from tests.helpers import compiled_classifier, mirrored_strategy, reset_to_initial, tree_equal
 
 ROWS, BATCH = 40, 8  # 5 steps per epoch
 
@@ -59,6 +61,30 @@ def test_failed_write_is_raised_once_by_the_next_call_naming_the_path():
     assert err.value is disk_full
 
 
+def test_write_holds_the_values_of_the_save_while_the_caller_changes_its_arrays(tmp_path,
+                                                                               monkeypatch):
+    # The one host copy (zero.host_copy) is the write's own: a step that donates the device
+    # buffer (on the CPU a host view of it) and the caller's NumPy array changed in place
+    # while the write waits leave what it writes unchanged.
+    strategy = mirrored_strategy(2)
+    caller_array = np.arange(4, dtype=np.float32)
+    state = strategy.replicate_arrays(np.ones(3, np.float32))
+    release = threading.Event()
+    monkeypatch.setattr(background, "write_hook",
+                        lambda event, path: event == "start" and release.wait(30))
+    writer = background.BackgroundWriter()
+    background.save(writer, tmp_path / "ckpt",
+                    zero.host_copy(strategy, {"caller": caller_array, "state": state}))
+    caller_array[:] = -1
+    state = jax.jit(lambda a: a * 0 - 1, donate_argnums=0)(state)  # as the next train step
+    state.block_until_ready()
+    release.set()
+    writer.wait()
+    saved = checkpoint_lib.read_latest(tmp_path / "ckpt").arrays
+    np.testing.assert_array_equal(saved["caller"], np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(saved["state"], np.ones(3, np.float32))
+
+
 def test_fit_keeps_one_write_in_flight_and_returns_after_the_last(model, tmp_path,
                                                                   monkeypatch):
     active, events, lock = [0], [], threading.Lock()
@@ -79,8 +105,8 @@ def test_fit_keeps_one_write_in_flight_and_returns_after_the_last(model, tmp_pat
     assert not checkpoint._writer.in_flight
     last = checkpoint_lib.read_latest(tmp_path / "ckpt")  # written before fit returned
     assert int(last.arrays["step"]) == 5
-    tree_equal([last.arrays[k] for k in sorted(checkpoint_lib.select(last.arrays, "params"))],
-               [np.asarray(v) for _, v in sorted(checkpoint_lib.flatten(
+    tree_equal([last.arrays[k] for k in sorted(checkpoint_format.select(last.arrays, "params"))],
+               [np.asarray(v) for _, v in sorted(checkpoint_format.flatten(
                    {"params": model.state.params}).items())])
 
 

@@ -14,6 +14,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint_format
 from tests.helpers import tree_equal
 
 def _layers(out: int = 3):
@@ -193,7 +194,7 @@ def test_load_weights_of_damaged_checkpoint_raises_naming_it(tmp_path, damage, s
     version = checkpoint_lib.latest(tmp_path / "w")
     damage(version)
     before = _random_weights(model, seed=4)
-    with pytest.raises(checkpoint_lib.CheckpointError, match=str(version)):
+    with pytest.raises(checkpoint_format.CheckpointError, match=str(version)):
         model.load_weights(tmp_path / "w")
     tree_equal(model.get_weights(), before)  # untouched
 

@@ -12,7 +12,8 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.saving.checkpoint import CheckpointError, load
+from mirrorfit._src.saving.checkpoint import load
+from mirrorfit._src.saving.checkpoint_format import CheckpointError
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.tracking import walk
 from tests.helpers import mirrored_strategy, tree_equal

@@ -14,6 +14,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
+from mirrorfit._src.saving import checkpoint_format
 from mirrorfit._src.saving.directory_lock import DirectoryLock, DirectoryLockedError, lock_path
 from tests.helpers import Interrupt, interrupt_after
 
@@ -151,7 +152,7 @@ def test_save_weights_into_a_directory_a_live_run_writes_is_refused(models, tmp_
     assert str(path) in str(intruder.error)
     found = checkpoint_lib.read_latest(path)
     assert all(np.array_equal(found.arrays[k], v) for k, v in
-               checkpoint_lib.flatten({"params": model.state.params}).items())
+               checkpoint_format.flatten({"params": model.state.params}).items())
     other.save_weights(path)  # the run ended: its lock is gone
 
 

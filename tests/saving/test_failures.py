@@ -19,7 +19,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import checkpoint_files
+from mirrorfit._src.saving import checkpoint_files, checkpoint_format
 from tests.helpers import Interrupt, compiled_classifier, interrupt_after, reset_to_initial
 
 ROWS, BATCH = 40, 8  # 5 steps per epoch
@@ -78,8 +78,8 @@ def _assert_trains(model):
 
 
 def _newer_format(monkeypatch):
-    monkeypatch.setattr(checkpoint_lib, "FORMAT", f"{checkpoint_lib.FORMAT_NAME}/"
-                                                  f"{checkpoint_lib.FORMAT_VERSION + 1}")
+    monkeypatch.setattr(checkpoint_format, "FORMAT", f"{checkpoint_format.FORMAT_NAME}/"
+                                                     f"{checkpoint_format.FORMAT_VERSION + 1}")
 
 
 def _resume_backup(model, path):
@@ -104,7 +104,7 @@ def test_newer_format_is_refused_and_nothing_is_deleted(reader, model, tmp_path,
         _newer_format(patch)
         write(model, path)
     files = _snapshot(path)
-    with pytest.raises(checkpoint_lib.NewerFormatError,
+    with pytest.raises(checkpoint_format.NewerFormatError,
                        match=r"written by a newer mirrorfit.*Upgrade mirrorfit.*move the "
                              r"directory away"):
         read(model, path)
@@ -349,7 +349,7 @@ def test_full_disk_names_the_argument_and_keeps_the_previous_checkpoint(writer, 
 def test_format_1_checkpoints_without_a_metadata_checksum_still_load(tmp_path, monkeypatch):
     tree = {"w": np.arange(6.0).reshape(2, 3)}
     with monkeypatch.context() as patch:
-        patch.setattr(checkpoint_lib, "FORMAT", f"{checkpoint_lib.FORMAT_NAME}/1")
+        patch.setattr(checkpoint_format, "FORMAT", f"{checkpoint_format.FORMAT_NAME}/1")
         version = checkpoint_lib.save(tmp_path / "c", tree, {"epoch": 2})
     path = version / "meta" / "metadata"
     meta = json.loads(path.read_text())
@@ -366,6 +366,7 @@ def test_meta_of_another_format_is_damage_not_a_newer_version(tag, tmp_path):
     meta = json.loads(path.read_text())
     meta["format"] = tag
     path.write_text(json.dumps(meta))
-    with pytest.raises(checkpoint_lib.CheckpointError, match="not a mirrorfit checkpoint") as info:
+    with pytest.raises(checkpoint_format.CheckpointError,
+                       match="not a mirrorfit checkpoint") as info:
         checkpoint_lib.load(version)
-    assert not isinstance(info.value, checkpoint_lib.NewerFormatError)
+    assert not isinstance(info.value, checkpoint_format.NewerFormatError)

@@ -13,8 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import checkpoint_files
+from mirrorfit._src.saving import checkpoint_files, checkpoint_format
 from tests.helpers import tree_equal
 
 _rng = np.random.default_rng(0)
@@ -116,10 +115,10 @@ def test_keras_file_of_a_newer_mirrorfit_names_the_file_not_a_temporary_one(mode
                                                                             monkeypatch):
     path = tmp_path / "m.keras"
     with monkeypatch.context() as patch:
-        patch.setattr(checkpoint_lib, "FORMAT", f"{checkpoint_lib.FORMAT_NAME}/"
-                                                f"{checkpoint_lib.FORMAT_VERSION + 1}")
+        patch.setattr(checkpoint_format, "FORMAT", f"{checkpoint_format.FORMAT_NAME}/"
+                                                   f"{checkpoint_format.FORMAT_VERSION + 1}")
         model.save(path)
-    with pytest.raises(checkpoint_lib.NewerFormatError, match="written by a newer mirrorfit") \
+    with pytest.raises(checkpoint_format.NewerFormatError, match="written by a newer mirrorfit") \
             as raised:
         model.load_weights(path)
     assert _paths_in(str(raised.value), tmp_path) == {f"{path}/model/ckpt-1"}  # inside it

@@ -15,13 +15,14 @@ import pytest
 
 from mirrorfit._src.distribute.multi_worker import failfast
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import restore_errors
+from mirrorfit._src.saving import checkpoint_format, restore_errors
 
 _LOAD_DAMAGED = textwrap.dedent("""
     import sys
     from pathlib import Path
     import numpy as np
     from mirrorfit._src.saving import checkpoint as checkpoint_lib
+    from mirrorfit._src.saving import checkpoint_format
 
     # 200 arrays: orbax reads them all at once, so many reads are in flight when one fails.
     rng = np.random.default_rng(0)
@@ -31,7 +32,7 @@ _LOAD_DAMAGED = textwrap.dedent("""
         data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     try:
         checkpoint_lib.load(version)
-    except checkpoint_lib.CheckpointError as err:
+    except checkpoint_format.CheckpointError as err:
         print(err)
     else:
         print("loaded")
@@ -89,7 +90,7 @@ def test_restore_cut_short_by_a_failed_peer_names_the_peer_not_damage(tmp_path, 
     message = str(err.value)
     assert "process 1 of the job failed with exit code 1" in message
     assert str(version) in message and "damaged" not in message.replace("not found damaged", "")
-    assert not isinstance(err.value, checkpoint_lib.CheckpointError)  # backups are kept
+    assert not isinstance(err.value, checkpoint_format.CheckpointError)  # backups are kept
 
 
 def test_abandoned_reads_of_a_failed_restore_leave_no_asyncio_log_records(caplog):

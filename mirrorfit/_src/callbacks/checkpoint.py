@@ -33,7 +33,7 @@ from mirrorfit._src.distribute.multi_worker.preemption import (
     PREEMPTED_EXIT_CODE,
     PreemptionNotice,
 )
-from mirrorfit._src.saving import background, checkpoint_files
+from mirrorfit._src.saving import background, checkpoint_files, checkpoint_format
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.utils.checks import MirrorfitWarning
@@ -116,8 +116,8 @@ class BackupAndRestore(Callback):
             whose JAX preemption service is disabled.
         Preempted: (a ``SystemExit`` with code `PREEMPTED_EXIT_CODE`) from ``fit``, after the
             backup of a preemption notice is written.
-        mirrorfit._src.saving.checkpoint.NewerFormatError: in ``fit``, for a backup written by a
-            newer mirrorfit.
+        mirrorfit._src.saving.checkpoint_format.NewerFormatError: in ``fit``, for a backup
+            written by a newer mirrorfit.
 
     Example:
         >>> backup = mf.callbacks.BackupAndRestore("backup", save_freq=100)
@@ -174,15 +174,15 @@ class BackupAndRestore(Callback):
                 f"the backup directory to start over. Received: backup {os.fspath(backup.path)!r}")
         self._check_fingerprints(backup)
         model = self.model
-        state = checkpoint_lib.unflatten_like({"state": model.state},
-                                              checkpoint_lib.select(arrays, "state"),
-                                              source=str(backup.path))["state"]
-        statistics = checkpoint_lib.select(arrays, "statistics")
+        state = checkpoint_format.unflatten_like({"state": model.state},
+                                                 checkpoint_format.select(arrays, "state"),
+                                                 source=str(backup.path))["state"]
+        statistics = checkpoint_format.select(arrays, "statistics")
         source = str(backup.path)
 
         def restore_statistics(zeros):
-            return checkpoint_lib.unflatten_like({"statistics": zeros}, statistics,
-                                                 source=source)["statistics"]
+            return checkpoint_format.unflatten_like({"statistics": zeros}, statistics,
+                                                    source=source)["statistics"]
 
         model.assign_state(**state._asdict())
         model.trainer.resume_from(
@@ -202,7 +202,7 @@ class BackupAndRestore(Callback):
                 "the end of training) must not mix with them. Pass a new or empty directory "
                 f"for this run's backups. Received: backup_dir={os.fspath(directory)!r}")
 
-    def _check_fingerprints(self, backup: checkpoint_lib.Checkpoint) -> None:
+    def _check_fingerprints(self, backup: checkpoint_format.Checkpoint) -> None:
         found = fingerprint_check.differences(backup.info.get("fingerprints", {}),
                                               self._fingerprints)
         if not found:
@@ -229,7 +229,7 @@ class BackupAndRestore(Callback):
             self.model.history.epoch = list(epochs)
         self._restored_history = None
 
-    def _latest_valid(self) -> checkpoint_lib.Checkpoint | None:
+    def _latest_valid(self) -> checkpoint_format.Checkpoint | None:
         """The newest backup that loads; damaged ones mirrorfit wrote are deleted.
 
         Raises:
@@ -238,9 +238,9 @@ class BackupAndRestore(Callback):
         for version in checkpoint_lib.versions(self.backup_dir):
             try:
                 return checkpoint_lib.load(version)
-            except checkpoint_lib.NewerFormatError:
+            except checkpoint_format.NewerFormatError:
                 raise
-            except checkpoint_lib.CheckpointError as err:
+            except checkpoint_format.CheckpointError as err:
                 mine = checkpoint_files.written_by_mirrorfit(version)
                 action = "deleting" if mine else "skipping (not deleting: not laid out as a " \
                                                  "mirrorfit backup)"

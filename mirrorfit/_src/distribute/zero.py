@@ -154,16 +154,29 @@ def gather_blocks(blocks: Any, like: Any) -> Any:
 
 
 def host_copy(mesh: DeviceMesh, tree: Any) -> Any:
-    """``tree`` (a training state) on the host, whole, for a checkpoint.
+    """``tree`` (a training state) on the host, whole, for a checkpoint: NumPy leaves that no
+    step and no other code can change, so a write on another thread may keep them while
+    training goes on. Each leaf is copied once.
 
-    ``jax.device_get``, or with a sharded optimizer state (or other leaves split over the
-    devices of several processes, such as per-replica gradient accumulators) ``mesh.fetch``,
-    which also all-gathers those: then every process calls it at the same point (as every
-    process writes a checkpoint).
+    The arrays come with ``jax.device_get``, or with a sharded optimizer state (or other
+    leaves split over the devices of several processes, such as per-replica gradient
+    accumulators) ``mesh.fetch``, which also all-gathers those: then every process calls it
+    at the same point (as every process writes a checkpoint). From an accelerator that is a
+    new host array, the one copy. On the CPU backend it is a read-only view of the device
+    buffer, which the next step that donates the buffer would have to copy (XLA's CPU client
+    copies a donated buffer that a view still reads, more slowly than NumPy does), and a
+    NumPy leaf of ``tree`` is the caller's, who may change it later: those two are copied
+    here.
     """
     split = not all(leaf.is_fully_addressable for leaf in jax.tree.leaves(tree)
                     if isinstance(leaf, jax.Array))
-    return mesh.fetch(tree) if mesh.shard_optimizer_state or split else jax.device_get(tree)
+    fetched = mesh.fetch(tree) if mesh.shard_optimizer_state or split else jax.device_get(tree)
+
+    def owned(leaf, host):
+        new = isinstance(leaf, jax.Array) and all(d.platform != "cpu" for d in leaf.devices())
+        return host if new else np.array(host)
+
+    return jax.tree.map(owned, tree, fetched)
 
 
 def unsplit_optimizer_state(optimizer: Any, opt_state: Any, params: Any) -> Any:

@@ -32,7 +32,8 @@ from mirrorfit._src.layers.preprocessing.host_layer import serialize_host_layer
 from mirrorfit._src.models import keras_models
 from mirrorfit._src.saving import background, keras_archive, saved_config
 from mirrorfit._src.saving.background import BackgroundWriter
-from mirrorfit._src.saving.checkpoint import Checkpoint, read_latest, save, select, unflatten_like
+from mirrorfit._src.saving.checkpoint import read_latest, save
+from mirrorfit._src.saving.checkpoint_format import Checkpoint, select, unflatten_like
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import require_state
 from mirrorfit._src.utils import registry
@@ -125,7 +126,8 @@ def save_weights(model, path: str | os.PathLike, argument: str = "path",
     state = model.state
     tree = {"params": state.params, "model_state": state.model_state}
     if writer is not None:
-        return background.save(writer, path, tree, info, argument=argument, lock=lock)
+        return background.save(writer, path, zero.host_copy(model.strategy, tree), info,
+                               argument=argument, lock=lock)
     return save(path, tree, info, argument=argument, lock=lock)
 
 

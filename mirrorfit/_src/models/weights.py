@@ -157,7 +157,7 @@ class ModelVariables:
         Raises:
             ValueError: if the saved tree or shapes differ from the model's, listing the first
                 mismatching paths with expected and received shapes; nothing is loaded.
-            mirrorfit._src.saving.checkpoint.CheckpointError: (a ``ValueError``) naming the
+            mirrorfit._src.saving.checkpoint_format.CheckpointError: (a ``ValueError``) naming the
                 checkpoint if it is missing, truncated or corrupted.
         """
         model_saving.load_weights(self, path)

@@ -1,10 +1,12 @@
 """Checkpoint writes in the background: one at a time, on a thread, errors never lost.
 
-`save` copies a pytree to the host in the caller's thread (so a training step may donate
-and reuse the device buffers at once), then runs `mirrorfit._src.saving.checkpoint.save` on
-a `BackgroundWriter` 's thread while training goes on. The write itself is the synchronous
-one, so a background checkpoint is as crash-safe as any other: orbax writes a temporary
-version and renames it into place, and older versions are deleted only once it is complete.
+`save` takes a pytree already copied to the host in the caller's thread, once
+(`mirrorfit._src.distribute.zero.host_copy`: a training step may donate and reuse the device
+buffers at once, and no code changes the copy), and runs
+`mirrorfit._src.saving.checkpoint.save` on a `BackgroundWriter` 's thread while training
+goes on. The write itself is the synchronous one, so a background checkpoint is as
+crash-safe as any other: orbax writes a temporary version and renames it into place, and
+older versions are deleted only once it is complete.
 
 A `BackgroundWriter` has at most one write in flight: the next `BackgroundWriter.submit`
 first waits for the previous write. A failed write's error is raised by the next
@@ -25,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving.checkpoint_files import CheckpointWriteError, check_directory
@@ -114,13 +115,15 @@ class BackgroundWriter:
             f"comes at once. Received: {argument}={path!r}") from error
 
 
-def save(writer: BackgroundWriter, path: str | os.PathLike, tree: Any,
+def save(writer: BackgroundWriter, path: str | os.PathLike, host: Any,
          info: Mapping[str, Any] | None = None, *, keep: int = 1, argument: str = "path",
          lock: DirectoryLock | None = None) -> None:
-    """`mirrorfit._src.saving.checkpoint.save` of ``tree``, written on ``writer`` 's thread.
+    """`mirrorfit._src.saving.checkpoint.save` of ``host``, written on ``writer`` 's thread.
 
-    ``tree`` is copied to the host first, in this thread; a multi-process job writes here
-    too (see the module docstring). Arguments as `mirrorfit._src.saving.checkpoint.save`.
+    ``host`` is the write's own copy, read on the thread while the caller goes on: a pytree
+    of NumPy arrays that nothing changes, as `mirrorfit._src.distribute.zero.host_copy`
+    returns (it is not copied again here). A multi-process job writes in this thread (see
+    the module docstring). The other arguments as `mirrorfit._src.saving.checkpoint.save`.
 
     Raises:
         ValueError: naming ``argument``, if ``path`` is an existing file (checked here).
@@ -128,7 +131,6 @@ def save(writer: BackgroundWriter, path: str | os.PathLike, tree: Any,
             (`BackgroundWriter.wait`); this one's errors come at the next call.
     """
     check_directory(Path(path).absolute(), os.fspath(path), argument)  # at once, as in a save
-    host = jax.tree.map(np.array, jax.device_get(tree))  # own copies: the buffers may be reused
     if jax.process_count() > 1:
         writer.wait()
         checkpoint_lib.save(path, host, info, keep=keep, argument=argument, lock=lock)

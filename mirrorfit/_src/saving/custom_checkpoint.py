@@ -24,7 +24,7 @@ import numpy as np
 
 from mirrorfit._src.distribute.mesh import from_chief
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving import checkpoint_index
+from mirrorfit._src.saving import checkpoint_format, checkpoint_index
 from mirrorfit._src.saving.checkpoint_files import has_version_layout
 from mirrorfit._src.saving.checkpoint_objects import Entry, check_value, mismatches
 from mirrorfit._src.variables.variable import Variable
@@ -209,7 +209,7 @@ class Checkpoint:
             ValueError: listing every mismatch (a variable missing from the checkpoint, or
                 of another shape, or a saved one the objects lack) with the expected and
                 found shapes; or for an unbuilt model.
-            mirrorfit._src.saving.checkpoint.CheckpointError: if ``save_path`` holds no
+            mirrorfit._src.saving.checkpoint_format.CheckpointError: if ``save_path`` holds no
                 checkpoint, or it is damaged.
         """
         return self._read(save_path, restore_counter=True)
@@ -258,7 +258,7 @@ def _version(save_path: str | os.PathLike) -> Path:
         return path
     newest = checkpoint_index.latest(path) if path.is_dir() else None
     if newest is None:
-        raise checkpoint_lib.CheckpointError(NOT_FOUND.format(path=os.fspath(save_path)))
+        raise checkpoint_format.CheckpointError(NOT_FOUND.format(path=os.fspath(save_path)))
     return newest
 
 

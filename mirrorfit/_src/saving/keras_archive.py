@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
-from mirrorfit._src.saving.checkpoint import Checkpoint
+from mirrorfit._src.saving import checkpoint_format
 from mirrorfit._src.saving.checkpoint_files import CheckpointWriteError, write_failure
+from mirrorfit._src.saving.checkpoint_format import Checkpoint
 
 SUFFIX = ".keras"
 _MEMBER_ROOT = "model"
@@ -115,8 +116,8 @@ def extracted(path: str | os.PathLike) -> Iterator[Path]:
     if Path(path).is_dir():
         raise ValueError(_NOT_AN_ARCHIVE.format(path=shown, detail="it is a directory"))
     if not Path(path).exists():
-        raise checkpoint_lib.CheckpointError(f"No .keras file found at {shown!r}: check the "
-                                             f"path. Received: path={shown!r}")
+        raise checkpoint_format.CheckpointError(f"No .keras file found at {shown!r}: check the "
+                                                f"path. Received: path={shown!r}")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with zipfile.ZipFile(path) as archive:
@@ -153,11 +154,11 @@ def read_latest(path: str | os.PathLike) -> Checkpoint:
     with extracted(path) as directory:
         try:
             found = checkpoint_lib.read_latest(directory)
-        except checkpoint_lib.NewerFormatError as err:  # intact: say so, naming the file
-            raise checkpoint_lib.NewerFormatError(
+        except checkpoint_format.NewerFormatError as err:  # intact: say so, naming the file
+            raise checkpoint_format.NewerFormatError(
                 str(err).replace(os.fspath(directory.parent), shown)) from err
-        except checkpoint_lib.CheckpointError as err:
-            raise checkpoint_lib.CheckpointError(_DAMAGED.format(
+        except checkpoint_format.CheckpointError as err:
+            raise checkpoint_format.CheckpointError(_DAMAGED.format(
                 path=shown, detail=str(err).replace(os.fspath(directory.parent), shown)),
             ) from err
     return found._replace(path=Path(path))

@@ -137,7 +137,7 @@ def first_damaged(version: Path, paths: Sequence[Sequence[str]]) -> str | None:
     Returns:
         What cannot be read and why, for the error message: ``"array '<key>' cannot be read
         (<error>)"`` for the first array that fails (``key`` joined with ``/``, as in
-        `mirrorfit._src.saving.checkpoint.flatten`), or the store's own index; None when
+        `mirrorfit._src.saving.checkpoint_format.flatten`), or the store's own index; None when
         every array reads (the damage is elsewhere, e.g. in orbax's own metadata).
     """
     arrays_dir = version / "arrays"
