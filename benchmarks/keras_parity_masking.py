@@ -66,6 +66,15 @@ def _float_model(lib, *tail):
     return lib.Model(inputs, x)
 
 
+def _merge_model(lib, merge, mask_both=True):
+    """Two float sequences, Masking on the first (and the second), a merge layer, then an
+    LSTM that reads the merged mask."""
+    a, b = lib.Input(shape=(LENGTH, 3)), lib.Input(shape=(LENGTH, 3))
+    masked = [lib.layers.Masking()(a), lib.layers.Masking()(b) if mask_both else b]
+    merged = merge(lib.layers)(masked)
+    return lib.Model([a, b], lib.layers.LSTM(3, return_sequences=True)(merged))
+
+
 def _attention_model(lib):
     inputs = lib.Input(shape=(None,), dtype="int32")
     x = lib.layers.Embedding(VOCAB, 4, mask_zero=True)(inputs)
@@ -107,10 +116,28 @@ CASES = {
     "Masking + LSTM": (
         lambda lib: _float_model(lib, lambda L: L.Masking(), lambda L: L.LSTM(3)), "floats"),
     "bidirectional_lstm_imdb (scaled down)": (_imdb_model, "pre"),
+    "Masking x2 + Add + LSTM": (lambda lib: _merge_model(lib, lambda L: L.Add()), "two"),
+    "Masking x2 + Maximum + LSTM": (
+        lambda lib: _merge_model(lib, lambda L: L.Maximum()), "two"),
+    "Masking + unmasked, Minimum + LSTM": (
+        lambda lib: _merge_model(lib, lambda L: L.Minimum(), mask_both=False), "two"),
+    "Masking x2 + Multiply + LSTM": (
+        lambda lib: _merge_model(lib, lambda L: L.Multiply()), "two"),
+    "Masking + unmasked, Multiply + LSTM": (
+        lambda lib: _merge_model(lib, lambda L: L.Multiply(), mask_both=False), "two"),
+    "Masking x2 + Concatenate + LSTM": (
+        lambda lib: _merge_model(lib, lambda L: L.Concatenate()), "two"),
+    "Masking + unmasked, Concatenate(axis=1) + LSTM": (
+        lambda lib: _merge_model(lib, lambda L: L.Concatenate(axis=1), mask_both=False),
+        "two"),
 }
 
 
-def _inputs(kind: str) -> np.ndarray:
+def _inputs(kind: str) -> np.ndarray | list[np.ndarray]:
+    if kind == "two":  # two float sequences, zero (masked) steps in different places
+        first, second = _floats(), _floats()
+        second[0, 5:], second[1, :2], second[1, 4:] = 0.0, 0.0, 1.0
+        return [first, second]
     return _floats() if kind == "floats" else _tokens(kind)
 
 
@@ -147,7 +174,8 @@ def main() -> None:
         (f"`benchmarks/keras_parity_masking.py`: Keras {keras.__version__} (jax backend) vs "
         f"mirrorfit at equal weights, CPU, Python {platform.python_version()}. Inputs: 4 "
         f"token sequences of lengths {LENGTH}, 4, 2, 1 (0-padded) or 3 float sequences with "
-        "zero (masked) tails; every output position is compared, padded ones included."),
+        "zero (masked) tails (two such inputs, masked in different places, for the merge "
+        "layers); every output position is compared, padded ones included."),
         "",
         "| case | params (Keras / mirrorfit) | weight shapes and order | max abs diff | equal |",
         "|---|---|---|---|---|"]
