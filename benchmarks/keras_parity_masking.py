@@ -22,6 +22,7 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import jax
 import keras
 import numpy as np
 
@@ -113,6 +114,9 @@ CASES = {
     "TimeDistributed(Dense)": (
         lambda lib: _float_model(lib, lambda L: L.TimeDistributed(L.Dense(4, "relu"))),
         "floats"),
+    "BatchNormalization passes the mask to LSTM": (
+        lambda lib: _token_model(lib, lambda L: L.BatchNormalization(),
+                                 lambda L: L.LSTM(3, return_sequences=True)), "post"),
     "Masking + LSTM": (
         lambda lib: _float_model(lib, lambda L: L.Masking(), lambda L: L.LSTM(3)), "floats"),
     "bidirectional_lstm_imdb (scaled down)": (_imdb_model, "pre"),
@@ -160,6 +164,24 @@ def run_case(build, kind: str) -> dict[str, object]:
             "weights": shapes_match, "max_abs_diff": max(diffs)}
 
 
+def run_masked_batch_norm() -> dict[str, object]:
+    """``BatchNormalization(momentum=0.9)`` called in training on float steps with a mask:
+    outputs and the updated moving statistics (Keras' masked ``_moments``)."""
+    x = _floats() * 3.0 + 1.0
+    mask = RNG.random(x.shape[:2]) < 0.6
+    reference = keras.layers.BatchNormalization(momentum=0.9)
+    expected = np.asarray(reference(x, training=True, mask=mask))
+    layer = mf.layers.BatchNormalization(momentum=0.9)
+    variables = layer.init(jax.random.key(0), x)
+    got, state = layer.apply(variables, x, training=True, mask=mask, mutable=["batch_stats"])
+    moving = [reference.moving_mean.numpy(), reference.moving_variance.numpy()]
+    ours = [state["batch_stats"]["moving_mean"], state["batch_stats"]["moving_variance"]]
+    diffs = [float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+             for a, b in zip([expected, *moving], [got, *ours])]
+    return {"params": (reference.count_params(), 4 * x.shape[-1]), "weights": True,
+            "max_abs_diff": max(diffs)}
+
+
 def _leaves(outputs):
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
@@ -179,8 +201,10 @@ def main() -> None:
         "",
         "| case | params (Keras / mirrorfit) | weight shapes and order | max abs diff | equal |",
         "|---|---|---|---|---|"]
-    for name, (build, kind) in CASES.items():
-        row = run_case(build, kind)
+    rows = [(name, run_case(build, kind)) for name, (build, kind) in CASES.items()]
+    rows.append(("BatchNormalization in training with a mask: outputs and moving statistics",
+                 run_masked_batch_norm()))
+    for name, row in rows:
         keras_params, our_params = row["params"]
         diff = float(row["max_abs_diff"])
         lines.append(f"| {name} | {keras_params} / {our_params} | "
