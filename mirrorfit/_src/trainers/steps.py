@@ -113,7 +113,7 @@ class BuiltinSteps(StepFamily):
                     params, state.model_state, batch.x, train=True, rng=rng
                 )
                 per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y,
-                                                               y_pred, out_mask)
+                                                               y_pred, out_mask, batch.mask)
                 extra = share_of_sum(losses, stats_lib.loss_counts(batch, counts))
                 total = stats_lib.masked_sum(per_example, stats_lib.example_weights(batch))
                 if extra is not None:
@@ -207,7 +207,7 @@ class BuiltinSteps(StepFamily):
             )
             assert cfg.loss is not None  # compile requires a loss for the default steps
             per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y, y_pred,
-                                                           out_mask)
+                                                           out_mask, batch.mask)
             counted = stats_lib.loss_counts(batch, counts)
             stats, _ = stats_lib.flatten(stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, counted),
