@@ -120,3 +120,23 @@ def test_each_output_loss_uses_its_own_mask_and_eight_replicas_equal_one():
         model.fit(x, targets, sample_weight=weights, batch_size=8, epochs=2, verbose=0)
     for a, b in zip(eight.get_weights(), one.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_plain_function_loss_is_masked_when_it_returns_element_losses():
+    """A function returning ``[batch, steps]`` (as Keras' ``sparse_categorical_crossentropy``
+    function) is masked like a Loss object, as Keras' ``LossFunctionWrapper``."""
+    x, y, weights = _data()
+    eight = _model(8)
+    one = _model(1, eight.get_weights())
+    logits = np.asarray(eight.predict(x, verbose=0), np.float64)
+    expected, _ = _keras_masked_loss(logits, x, y, weights)
+
+    def per_step(y_true, y_pred):
+        return mf.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+    results = []
+    for model in (eight, one):
+        model.compile(optimizer=mf.optimizers.SGD(0.5), loss=per_step)
+        results.append(model.evaluate(x, y, sample_weight=weights, batch_size=24, verbose=0))
+    np.testing.assert_allclose(results, [expected, expected], rtol=1e-5)
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
