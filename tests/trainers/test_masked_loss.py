@@ -124,19 +124,25 @@ def test_each_output_loss_uses_its_own_mask_and_eight_replicas_equal_one():
 
 def test_a_plain_function_loss_is_masked_when_it_returns_element_losses():
     """A function returning ``[batch, steps]`` (as Keras' ``sparse_categorical_crossentropy``
-    function) is masked like a Loss object, as Keras' ``LossFunctionWrapper``."""
+    function) is masked like a Loss object, as Keras' ``LossFunctionWrapper``: here as the
+    tags' loss of the two-output model."""
     x, y, weights = _data()
-    eight = _model(8)
-    one = _model(1, eight.get_weights())
-    logits = np.asarray(eight.predict(x, verbose=0), np.float64)
-    expected, _ = _keras_masked_loss(logits, x, y, weights)
+    score = np.zeros((ROWS, 1), np.float32)
+    eight = _two_output_model(8)
+    one = _two_output_model(1, eight.get_weights())
+    predicted = eight.predict(x, verbose=0)
+    tags_loss, _ = _keras_masked_loss(np.asarray(predicted["tags"], np.float64), x, y, weights)
+    score_loss = np.sum(weights * np.asarray(predicted["score"], np.float64)[:, 0] ** 2) / ROWS
 
     def per_step(y_true, y_pred):
         return mf.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
 
     results = []
     for model in (eight, one):
-        model.compile(optimizer=mf.optimizers.SGD(0.5), loss=per_step)
-        results.append(model.evaluate(x, y, sample_weight=weights, batch_size=24, verbose=0))
-    np.testing.assert_allclose(results, [expected, expected], rtol=1e-5)
-    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+        model.compile(optimizer=mf.optimizers.SGD(0.5), loss={"tags": per_step, "score": "mse"})
+        results.append(model.evaluate(x, {"tags": y, "score": score}, sample_weight=weights,
+                                      batch_size=24, verbose=0, return_dict=True))
+    for got in results:
+        np.testing.assert_allclose([got["tags_loss"], got["loss"]],
+                                   [tags_loss, tags_loss + score_loss], rtol=1e-5)
+    np.testing.assert_allclose(results[0]["loss"], results[1]["loss"], rtol=1e-6)

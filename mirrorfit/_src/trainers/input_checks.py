@@ -169,7 +169,8 @@ def masked_loss(loss: Any, y_true: Any, y_pred: Any, mask: Any,
         y_pred: one replica's model outputs ``[batch, ...]``.
         mask: the output's mask, or ``None`` (for several outputs, their masks in the
             outputs' structure).
-        rows: bool ``[batch]``, the real rows (used by a multi-output loss under a mask).
+        rows: bool ``[batch]``, the real rows (used by a multi-output loss under a mask;
+            ``None`` for shapes only, see `MultiOutputLoss.per_output`).
 
     Returns:
         ``(values, counts)``: float32 ``[batch]`` each, or ``(values, None)``.

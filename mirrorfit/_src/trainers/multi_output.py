@@ -164,7 +164,8 @@ class MultiOutputLoss:
             mask: the outputs' Keras masks in the outputs' structure (bool ``[batch,
                 timesteps]``, ``None`` for an output without one), or ``None``. Inside the
                 steps only: the masked outputs' divisors are summed over the replicas.
-            rows: bool ``[batch]``, this replica's real rows (needed with ``mask``).
+            rows: bool ``[batch]``, this replica's real rows, or ``None`` (for shapes only:
+                the masked values are then not scaled, and nothing is summed over replicas).
 
         Returns:
             Without a mask, each output's mean loss per example. For an output with a mask
@@ -182,8 +183,7 @@ class MultiOutputLoss:
         for key, fn in self.losses.items():
             values, counts = input_checks.masked_loss(
                 fn, select(y_true, key), select(y_pred, key), masks[key])
-            if counts is not None:
-                assert rows is not None, "rows are needed with an output mask"
+            if counts is not None and rows is not None:
                 real, unmasked = lax.psum((jnp.sum(rows, dtype=jnp.float32),
                                            jnp.sum(jnp.where(rows, counts, 0.0))), BATCH_AXIS)
                 values = values * jnp.where(unmasked > 0, real / jnp.maximum(unmasked, 1.0),

@@ -99,7 +99,7 @@ def _metric_weight(metric: Any, weight: jax.Array, output_mask: Any) -> jax.Arra
 def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: jax.Array,
                         batch: Batch, extra_loss: jax.Array | None = None,
                         counts: jax.Array | None = None,
-                        output_mask: jax.Array | None = None) -> dict:
+                        output_mask: Any = None, *, over_replicas: bool = True) -> dict:
     """One replica's sums for the compiled loss and every compiled metric (not all-reduced).
 
     Args:
@@ -116,6 +116,9 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
             `MeanMetricWrapper` metrics then weight each element (``accuracy`` counts
             unmasked steps only, as in Keras). For several outputs, their masks in the
             outputs' structure: each output's loss and metrics use its own.
+        over_replicas: whether this runs per replica on the mesh (a masked output of a
+            multi-output loss sums its divisor over the replicas); ``False`` for shapes
+            only (`StepFamily.statistics_shapes`).
 
     Returns:
         ``{"loss": {"total", "count"}, <output>_loss..., <metric name>: stats..., ...}``.
@@ -127,8 +130,8 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     count = jnp.sum(batch.mask if counts is None else counts, dtype=jnp.float32)
     stats: dict[str, Any] = {"loss": {"total": loss_total, "count": count}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
-    for name, values in (per_output(y, y_pred, output_mask, batch.mask)
-                         if per_output else {}).items():
+    rows = batch.mask if over_replicas else None
+    for name, values in (per_output(y, y_pred, output_mask, rows) if per_output else {}).items():
         stats[name] = masked_sum(values, weight)
     mask = batch.mask.astype(jnp.float32)
     for metric in cfg.metrics:  # as Keras: `metrics` ignore sample_weight

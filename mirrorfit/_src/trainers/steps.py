@@ -225,13 +225,12 @@ class BuiltinSteps(StepFamily):
             y_pred, _, _, out_mask = cfg.adapter.apply_with_mask(
                 state.params, state.model_state, batch.x, train=False, rng=state.rng
             )
-            loss = _compiled_loss(cfg)
             # The loss as the steps take it (a plain function may return element losses
-            # under a mask); a multi-output loss's masked divisors need the replicas' axis,
-            # which shapes do not.
-            per_example, _ = input_checks.masked_loss(
-                loss, batch.y, y_pred, None if hasattr(loss, "per_output") else out_mask)
-            return stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example, batch)
+            # under a mask), without the real rows: no sums over replicas for shapes.
+            per_example, _ = input_checks.masked_loss(_compiled_loss(cfg), batch.y, y_pred,
+                                                      out_mask)
+            return stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example, batch,
+                                                 output_mask=out_mask, over_replicas=False)
 
         return jax.eval_shape(local, state, batch)
 
