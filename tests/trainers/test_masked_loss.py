@@ -69,3 +69,80 @@ def test_loss_is_keras_masked_mean_and_eight_replicas_equal_one():
         model.fit(x, y, sample_weight=weights, batch_size=8, epochs=2, verbose=0)
     for a, b in zip(eight.get_weights(), one.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _two_output_model(replicas, initial=None):
+    """Per-step tags (masked: SparseCategoricalCrossentropy) and a per-sequence score (the
+    mask ends at GlobalAveragePooling1D: mean squared error over rows), loss weights 1, 0.5."""
+    with mirrored_strategy(replicas).scope():
+        inputs = mf.Input(shape=(STEPS,), dtype="int32")
+        h = layers.Embedding(VOCAB, 4, mask_zero=True)(inputs)
+        h = layers.LSTM(5, return_sequences=True)(h)
+        tags = layers.TimeDistributed(layers.Dense(CLASSES))(h)
+        score = layers.Dense(1)(layers.GlobalAveragePooling1D()(h))
+        model = mf.Model(inputs, {"tags": tags, "score": score})
+    if initial is not None:
+        model.set_weights(initial)
+    model.compile(optimizer=mf.optimizers.SGD(0.5),
+                  loss={"tags": mf.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        "score": "mse"},
+                  loss_weights={"tags": 1.0, "score": 0.5}, metrics={"tags": ["accuracy"]})
+    return model
+
+
+def test_each_output_loss_uses_its_own_mask_and_eight_replicas_equal_one():
+    """A two-output model: the tags' loss and accuracy are Keras' masked means, the score's
+    loss the mean over rows; the total weights them. Eight replicas (with padding rows)
+    equal one, in evaluate and over two epochs of fit."""
+    x, y, weights = _data()
+    score = np.random.default_rng(1).normal(size=(ROWS, 1)).astype(np.float32)
+    targets = {"tags": y, "score": score}
+    eight = _two_output_model(8)
+    initial = eight.get_weights()
+    one = _two_output_model(1, initial)
+    predicted = eight.predict(x, verbose=0)
+    tags_loss, accuracy = _keras_masked_loss(np.asarray(predicted["tags"], np.float64), x, y,
+                                             weights)
+    score_loss = np.sum(weights * (np.asarray(predicted["score"], np.float64) - score)[:, 0]
+                        ** 2) / ROWS
+    expected = {"loss": tags_loss + 0.5 * score_loss, "tags_loss": tags_loss,
+                "score_loss": score_loss, "tags_accuracy": accuracy}
+    results = {}
+    for model, batch_size in ((eight, 24), (one, 24)):
+        results[model] = model.evaluate(x, targets, sample_weight=weights,
+                                        batch_size=batch_size, verbose=0, return_dict=True)
+        for name, value in expected.items():
+            np.testing.assert_allclose(results[model][name], value, rtol=1e-5, err_msg=name)
+    for name in expected:
+        np.testing.assert_allclose(results[eight][name], results[one][name], rtol=1e-6,
+                                   err_msg=name)
+    for model in (eight, one):
+        model.fit(x, targets, sample_weight=weights, batch_size=8, epochs=2, verbose=0)
+    for a, b in zip(eight.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_plain_function_loss_is_masked_when_it_returns_element_losses():
+    """A function returning ``[batch, steps]`` (as Keras' ``sparse_categorical_crossentropy``
+    function) is masked like a Loss object, as Keras' ``LossFunctionWrapper``: here as the
+    tags' loss of the two-output model."""
+    x, y, weights = _data()
+    score = np.zeros((ROWS, 1), np.float32)
+    eight = _two_output_model(8)
+    one = _two_output_model(1, eight.get_weights())
+    predicted = eight.predict(x, verbose=0)
+    tags_loss, _ = _keras_masked_loss(np.asarray(predicted["tags"], np.float64), x, y, weights)
+    score_loss = np.sum(weights * np.asarray(predicted["score"], np.float64)[:, 0] ** 2) / ROWS
+
+    def per_step(y_true, y_pred):
+        return mf.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+    results = []
+    for model in (eight, one):
+        model.compile(optimizer=mf.optimizers.SGD(0.5), loss={"tags": per_step, "score": "mse"})
+        results.append(model.evaluate(x, {"tags": y, "score": score}, sample_weight=weights,
+                                      batch_size=24, verbose=0, return_dict=True))
+    for got in results:
+        np.testing.assert_allclose([got["tags_loss"], got["loss"]],
+                                   [tags_loss, tags_loss + score_loss], rtol=1e-5)
+    np.testing.assert_allclose(results[0]["loss"], results[1]["loss"], rtol=1e-6)

@@ -387,8 +387,11 @@ class FunctionalModule(nn.Module):
                 if m is not None:
                     masks[id(t)] = m
         flat, treedef = jax.tree.flatten(graph.outputs)
-        if len(flat) == 1:  # the loss masks a single output only
-            mask_flow.sow_output_mask(self, masks.get(id(flat[0])))
+        out_masks = [masks.get(id(t)) for t in flat]
+        if len(flat) == 1 or all(m is None for m in out_masks):
+            mask_flow.sow_output_mask(self, out_masks[0])
+        else:  # each output's mask, None where it has none, for its own loss and metrics
+            mask_flow.sow_output_mask(self, jax.tree.unflatten(treedef, out_masks))
         return jax.tree.unflatten(treedef, [values[id(t)] for t in flat])
 
     def _flat_inputs(self, args: tuple) -> list[Any]:

@@ -13,9 +13,10 @@ does what Keras 3's ``Layer.__call__`` does:
   `Embedding` (``mask_zero``) and `Masking` make one, other layers drop it; a Keras-style
   `Layer` supports masking when it overrides ``compute_mask`` or sets
   ``self.supports_masking = True``;
-* `sow_output_mask`: a model with one output that has a mask sows it into the
-  `OUTPUT_MASK` collection, where the built-in steps read it to mask the loss and metrics,
-  as Keras 3's ``Loss.__call__`` reads the output's ``_keras_mask``.
+* `sow_output_mask`: a model whose outputs have masks sows them into the `OUTPUT_MASK`
+  collection (one output's mask, or several outputs' masks in the outputs' structure),
+  where the built-in steps read them to mask each output's loss and metrics, as Keras 3's
+  ``Loss.__call__`` reads the output's ``_keras_mask``.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def output_masks(layer: Any, inputs: Any, outputs: Any, mask: Any) -> list[Any]:
 
 
 def sow_output_mask(module: nn.Module, mask: Any) -> None:
-    """Sows a model's output mask (bool ``[batch, timesteps]``) as ``OUTPUT_MASK/"mask"``.
+    """Sows a model's output mask (bool ``[batch, timesteps]``; for several outputs, their
+    masks in the outputs' structure with ``None`` where an output has none) as
+    ``OUTPUT_MASK/"mask"``.
 
     Nothing is sown for ``None``, while initializing (the mask is no variable), or unless the
     caller made `OUTPUT_MASK` mutable: a model without a mask runs the same program.

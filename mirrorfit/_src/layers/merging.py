@@ -1,15 +1,26 @@
 """Merging layers, as ``keras.layers``: Add, Subtract, Multiply, Average, Maximum, Minimum,
 Concatenate and Dot, which take a list of tensors, and the functional helpers ``add``,
 ``subtract``, ``multiply``, ``average``, ``maximum``, ``minimum``, ``concatenate`` and ``dot``
-(``layers.add([a, b])`` is ``layers.Add()([a, b])``)."""
+(``layers.add([a, b])`` is ``layers.Add()([a, b])``).
+
+Keras masks (bool ``[batch, timesteps]``, one per input or ``None``) combine as in Keras 3
+(``keras/src/layers/merging/``): the element-wise merges OR their inputs' masks, and give
+none unless every input has one; `Concatenate` joins them along ``axis`` (an input without
+a mask counts as all kept) and gives one if any input has one; `Dot` gives none. `Maximum`,
+`Minimum` and `Multiply` also read the masks for their values (``mask=``, filled in by a
+model from the inputs' masks, as Keras reads each input's ``_keras_mask``): a masked
+position takes the other inputs' value instead (Maximum/Minimum), or 1 in the product and 0
+where every input is masked (Multiply).
+"""
 
 from __future__ import annotations
 
 import functools
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -23,7 +34,72 @@ MERGE_SHAPES = (
 )
 
 
+MaskList = Sequence[jax.Array | None] | None
+
+
+def _mask_list(layer: FlaxLayer, inputs: Any, mask: Any) -> list[Any] | None:
+    """``mask`` as a list with one entry per input (``None`` for no masks at all), checked
+    as Keras' ``Merge.compute_mask`` checks it."""
+    if mask is None:
+        return None
+    name = type(layer).__name__
+    if not isinstance(mask, (list, tuple)):
+        raise ValueError(f"{name}'s mask must be a list with one mask (or None) per input. "
+                         f"Received: mask={mask!r}")
+    if not isinstance(inputs, (list, tuple)) or len(inputs) != len(mask):
+        count = len(inputs) if isinstance(inputs, (list, tuple)) else "not a list"
+        raise ValueError(f"{name} needs one mask (or None) per input. Received: "
+                         f"{len(mask)} masks for inputs ({count})")
+    return list(mask)
+
+
+def _broadcast(mask: jax.Array, x: jax.Array) -> jax.Array:
+    """A ``[batch, timesteps]`` mask broadcast over ``x``'s last axis (Keras'
+    ``broadcast_to(expand_dims(mask, -1), shape(x))``)."""
+    return jnp.broadcast_to(jnp.expand_dims(mask, -1), x.shape)
+
+
+def _step_mask(mask: jax.Array | None, x: jax.Array) -> jax.Array | None:
+    return None if mask is None else _broadcast(mask, x)
+
+
+def _or_merge(op: Any, xs: list[jax.Array], masks: list[Any]) -> jax.Array:
+    """``op`` folded over ``xs`` where a masked position takes the value merged so far (or
+    the next input's), as Keras' ``Merge._apply_merge_op_and_or_mask``."""
+    output, output_mask = xs[0], _step_mask(masks[0], xs[0])
+    for x, m in zip(xs[1:], masks[1:]):
+        mask = _step_mask(m, x)
+        if mask is not None:
+            x = jnp.where(mask, x, output)
+        if output_mask is not None:
+            output = jnp.where(output_mask, output, x)
+        output_mask = (None if mask is None or output_mask is None
+                       else jnp.logical_or(output_mask, mask))
+        output = op(output, x)
+    return output
+
+
 class _Merge(FlaxLayer):
+    supports_masking: ClassVar[bool] = True
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> jax.Array | None:
+        """The OR of the inputs' masks (bool ``[batch, timesteps]``), ``None`` unless every
+        input has one, as Keras' ``Merge.compute_mask``.
+
+        Args:
+            inputs: the list of input arrays.
+            mask: a list with each input's mask or ``None``, or ``None``.
+        """
+        masks = _mask_list(self, inputs, mask)
+        if masks is None or any(m is None for m in masks):
+            return None
+        return functools.reduce(jnp.logical_or, masks)
+
+    def _masks(self, inputs: list[jax.Array], mask: MaskList) -> list[Any]:
+        masks = _mask_list(self, inputs, mask)
+        return [None] * len(inputs) if masks is None else masks
+
     def _inputs(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
         if not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
             raise ValueError(f"{type(self).__name__} takes a list of at least 2 tensors. "
@@ -50,10 +126,24 @@ class Add(_Merge):
 
 @register
 class Multiply(_Merge):
-    """Element-wise product of a list of same-shape tensors, as ``keras.layers.Multiply``."""
+    """Element-wise product of a list of same-shape tensors, as ``keras.layers.Multiply``.
 
-    def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
-        return functools.reduce(operator.mul, self._same_shape(self._inputs(inputs)))
+    With ``mask`` (one bool ``[batch, timesteps]`` mask or ``None`` per input), a masked
+    position counts as 1 in the product; when every input has a mask, positions masked in
+    all of them are 0 (Keras' ``Multiply._merge_function``).
+    """
+
+    def __call__(self, inputs: Sequence[jax.Array], training: bool = False,
+                 mask: MaskList = None) -> jax.Array:
+        xs = self._same_shape(self._inputs(inputs))
+        masks = [_step_mask(m, x) for m, x in zip(self._masks(xs, mask), xs)]
+        output = functools.reduce(operator.mul, [
+            x if m is None else jnp.where(m, x, jnp.ones((), x.dtype)) for x, m in zip(xs, masks)])
+        present = [m for m in masks if m is not None]
+        if len(present) < len(masks):
+            return output
+        return jnp.where(functools.reduce(jnp.logical_or, present), output,
+                         jnp.zeros((), output.dtype))
 
 
 @register
@@ -61,6 +151,26 @@ class Concatenate(_Merge):
     """Joins a list of tensors along ``axis`` (default -1), as ``keras.layers.Concatenate``."""
 
     axis: int = -1
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> jax.Array | None:
+        """The inputs' masks joined along ``axis``, as Keras' ``Concatenate.compute_mask``:
+        each mask broadcast over its input's last axis (all True for an input without one),
+        concatenated, then ``any`` over the last axis: bool ``[batch, timesteps]`` (the
+        timesteps add up when ``axis`` is the time axis), or ``None`` when no input has a
+        mask.
+
+        Args:
+            inputs: the list of input arrays.
+            mask: a list with each input's mask or ``None``, or ``None``.
+        """
+        masks = _mask_list(self, inputs, mask)
+        if masks is None or all(m is None for m in masks):
+            return None
+        full = [jnp.ones(x.shape, bool) if m is None
+                else _broadcast(m, x) if m.ndim < x.ndim else m
+                for x, m in zip(inputs, masks)]
+        return jnp.any(jnp.concatenate(full, axis=self.axis), axis=-1)
 
     def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
         return jnp.concatenate(self._inputs(inputs), axis=self.axis)
@@ -90,18 +200,32 @@ class Average(_Merge):
 
 @register
 class Maximum(_Merge):
-    """Element-wise maximum of a list of same-shape tensors, as ``keras.layers.Maximum``."""
+    """Element-wise maximum of a list of same-shape tensors, as ``keras.layers.Maximum``.
 
-    def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
-        return functools.reduce(jnp.maximum, self._same_shape(self._inputs(inputs)))
+    With ``mask`` (one bool ``[batch, timesteps]`` mask or ``None`` per input), a masked
+    position of an input takes the other inputs' value (Keras'
+    ``_apply_merge_op_and_or_mask``).
+    """
+
+    def __call__(self, inputs: Sequence[jax.Array], training: bool = False,
+                 mask: MaskList = None) -> jax.Array:
+        xs = self._same_shape(self._inputs(inputs))
+        return _or_merge(jnp.maximum, xs, self._masks(xs, mask))
 
 
 @register
 class Minimum(_Merge):
-    """Element-wise minimum of a list of same-shape tensors, as ``keras.layers.Minimum``."""
+    """Element-wise minimum of a list of same-shape tensors, as ``keras.layers.Minimum``.
 
-    def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
-        return functools.reduce(jnp.minimum, self._same_shape(self._inputs(inputs)))
+    With ``mask`` (one bool ``[batch, timesteps]`` mask or ``None`` per input), a masked
+    position of an input takes the other inputs' value (Keras'
+    ``_apply_merge_op_and_or_mask``).
+    """
+
+    def __call__(self, inputs: Sequence[jax.Array], training: bool = False,
+                 mask: MaskList = None) -> jax.Array:
+        xs = self._same_shape(self._inputs(inputs))
+        return _or_merge(jnp.minimum, xs, self._masks(xs, mask))
 
 
 def _dot_axes(axes: Any, ndims: tuple[int, int]) -> tuple[int, int]:
@@ -128,6 +252,11 @@ class Dot(_Merge):
 
     axes: Any
     normalize: bool = False
+
+    @nn.nowrap
+    def compute_mask(self, inputs: Any, mask: Any) -> None:
+        """``None``: the product has no timesteps of its inputs' (Keras' ``Dot``)."""
+        del inputs, mask
 
     def __call__(self, inputs: Sequence[jax.Array], training: bool = False) -> jax.Array:
         xs = self._inputs(inputs)

@@ -3,7 +3,8 @@
 BatchNormalization keeps ``gamma``/``beta`` in ``"params"`` and ``moving_mean``/
 ``moving_variance`` in ``"batch_stats"``. In training each replica normalizes with its own
 batch statistics, as Keras under ``MirroredStrategy``; ``synchronized=True`` averages them
-over the replicas (mesh axis ``"batch"``) first.
+over the replicas (mesh axis ``"batch"``) first. Under a Keras mask the statistics are over
+the unmasked positions only (`_masked_moments`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jax import lax
 from mirrorfit._src.layers import initializers
 from mirrorfit._src.layers.base import FlaxLayer, register
 
+KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), added to the masked moments' divisor
 REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.distribute.strategy.BATCH_AXIS)
 BATCH_STATS = "batch_stats"
 
@@ -46,6 +48,33 @@ def _normalize(x, mean, var, gamma, beta, epsilon):
     return y if beta is None else y + beta
 
 
+def _masked_moments(x: jax.Array, mask: jax.Array, reduce_axes: tuple[int, ...],
+                    synchronized: bool) -> tuple[jax.Array, jax.Array]:
+    """The mean and (biased) variance over ``reduce_axes`` of the unmasked positions, as
+    Keras' ``BatchNormalization._moments`` with a mask: ``sum(m * x) / (sum(m) + 1e-7)``,
+    then ``sum(m * (x - mean)^2) / (sum(m) + 1e-7)``.
+
+    Args:
+        x: float32 inputs ``[batch, ..., features]``.
+        mask: bool ``[batch, ...]`` (``x``'s shape without its last axis), True: counted.
+        reduce_axes: the axes the statistics reduce.
+        synchronized: whether the sums are over every replica (mesh axis ``"batch"``), which
+            makes the moments those of the global batch exactly, whatever each replica's
+            share of unmasked positions.
+
+    Returns:
+        ``(mean, variance)``, float32 of the feature axes' shape.
+    """
+    keep = jnp.broadcast_to(jnp.expand_dims(mask, -1), x.shape).astype(bool)
+    total = lambda v: lax.psum(v, REPLICA_AXIS) if synchronized else v
+    count, sums = total((jnp.sum(keep, reduce_axes, dtype=jnp.float32),
+                         jnp.sum(jnp.where(keep, x, 0.0), reduce_axes)))
+    mean = sums / (count + KERAS_EPSILON)
+    centered = jnp.where(keep, x - jnp.expand_dims(mean, reduce_axes), 0.0)
+    variance = total(jnp.sum(jnp.square(centered), reduce_axes)) / (count + KERAS_EPSILON)
+    return mean, variance
+
+
 @register
 class BatchNormalization(FlaxLayer):
     """``gamma * (x - mean) / sqrt(var + epsilon) + beta``, as
@@ -54,7 +83,15 @@ class BatchNormalization(FlaxLayer):
     In training (and ``trainable``) the batch's mean and (biased) variance over all axes but
     ``axis`` are used, and ``moving = moving * momentum + batch * (1 - momentum)``; in
     inference, or when ``trainable=False`` (Keras' frozen BatchNorm), the moving statistics.
+
+    With a Keras ``mask`` (bool ``[batch, ...]``, the inputs' shape without the last axis;
+    a model passes its input's mask, e.g. from ``Embedding(mask_zero=True)``), the batch's
+    statistics are over the unmasked positions only (Keras' masked ``_moments``, over every
+    replica's positions under ``synchronized=True``); every position is normalized, and the
+    mask passes on.
     """
+
+    supports_masking: ClassVar[bool] = True
 
     axis: Any = -1
     momentum: float = 0.99
@@ -72,8 +109,14 @@ class BatchNormalization(FlaxLayer):
     synchronized: bool = False
 
     @nn.compact
-    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+    def __call__(self, inputs: jax.Array, training: bool = False,
+                 mask: jax.Array | None = None) -> jax.Array:
         x = self.cast(inputs)
+        if mask is not None and mask.ndim != x.ndim - 1:
+            raise ValueError(
+                "BatchNormalization's mask must have one dimension less than its inputs "
+                "(True for the positions the statistics count). Received: "
+                f"mask.shape={tuple(mask.shape)}, inputs.shape={tuple(x.shape)}")
         feature_axes = _axes(self.axis, x.ndim)
         shape, bshape, gamma, beta = _scale_and_offset(self, x, feature_axes)
         moving = {
@@ -84,11 +127,15 @@ class BatchNormalization(FlaxLayer):
         if training and self.trainable:
             reduce_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
             x32 = x.astype(jnp.float32)
-            mean = jnp.mean(x32, reduce_axes)
-            mean_sq = jnp.mean(jnp.square(x32), reduce_axes)
-            if self.synchronized and not self.is_initializing():
-                mean, mean_sq = lax.pmean((mean, mean_sq), REPLICA_AXIS)
-            var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
+            synchronized = self.synchronized and not self.is_initializing()
+            if mask is not None:
+                mean, var = _masked_moments(x32, mask, reduce_axes, synchronized)
+            else:
+                mean = jnp.mean(x32, reduce_axes)
+                mean_sq = jnp.mean(jnp.square(x32), reduce_axes)
+                if synchronized:
+                    mean, mean_sq = lax.pmean((mean, mean_sq), REPLICA_AXIS)
+                var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
             if not self.is_initializing():
                 m = self.momentum
                 moving["moving_mean"].value = moving["moving_mean"].value * m + mean * (1 - m)

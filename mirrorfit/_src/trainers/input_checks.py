@@ -146,8 +146,8 @@ def per_example_loss(loss: Callable[[Any, Any], jax.Array], y_true: Any, y_pred:
     return values
 
 
-def masked_loss(loss: Any, y_true: Any, y_pred: Any, mask: jax.Array | None
-                ) -> tuple[jax.Array, jax.Array | None]:
+def masked_loss(loss: Any, y_true: Any, y_pred: Any, mask: Any,
+                rows: jax.Array | None = None) -> tuple[jax.Array, jax.Array | None]:
     """The loss per example and, under an output mask, its count of unmasked elements.
 
     With ``mask`` (the output's Keras mask, bool ``[batch, timesteps]``) and a built-in loss,
@@ -155,30 +155,41 @@ def masked_loss(loss: Any, y_true: Any, y_pred: Any, mask: jax.Array | None
     ``[batch, timesteps, ...]``, the mask broadcast over trailing axes) and its count is the
     number of those elements: summed over real rows and replicas, their ratio is Keras'
     ``sum(l * sample_weight * mask) / sum(mask)`` (``"sum_over_batch_size"`` with a mask).
-    Otherwise (no mask, a custom loss function, a multi-output loss, or element losses
-    that the mask does not describe) it is `per_example_loss` and ``None``: the mean per
-    example, counted once.
+    A loss given as a plain function ``fn(y_true, y_pred)`` is masked the same way when it
+    returns element losses the mask describes (``[batch, timesteps, ...]``, as Keras'
+    ``LossFunctionWrapper`` masks what the function returns). A multi-output loss masks each
+    output by its own mask and scales it to the rows' divisor itself
+    (`MultiOutputLoss.per_output`; counts ``None``). Otherwise (no mask, a function
+    returning one value per example, or element losses that the mask does not describe) it
+    is `per_example_loss` and ``None``: the mean per example, counted once.
 
     Args:
         loss: the compiled loss.
         y_true: one replica's targets ``[batch, ...]``.
         y_pred: one replica's model outputs ``[batch, ...]``.
-        mask: the output's mask, or ``None``.
+        mask: the output's mask, or ``None`` (for several outputs, their masks in the
+            outputs' structure).
+        rows: bool ``[batch]``, the real rows (used by a multi-output loss under a mask;
+            ``None`` for shapes only, see `MultiOutputLoss.per_output`).
 
     Returns:
         ``(values, counts)``: float32 ``[batch]`` each, or ``(values, None)``.
     """
-    elements = getattr(loss, "elements", None)
-    if mask is None or elements is None or not _is_array(y_pred):
+    if mask is not None and hasattr(loss, "per_output"):  # a MultiOutputLoss
+        return loss(y_true, y_pred, mask, rows), None
+    # A built-in loss's unreduced values, or what a plain function returns.
+    elements = getattr(loss, "elements", loss)
+    if mask is None or not (_is_array(y_pred) and _is_array(mask)):
         return per_example_loss(loss, y_true, y_pred), None
     _check_targets(loss, y_true, y_pred)
     values = elements(y_true, y_pred)
-    if values.ndim < mask.ndim or values.shape[:mask.ndim] != mask.shape:
+    if (not _is_array(values) or values.ndim < mask.ndim
+            or values.shape[:mask.ndim] != mask.shape):
         return per_example_loss(loss, y_true, y_pred), None
     mask = jnp.broadcast_to(mask.reshape(mask.shape + (1,) * (values.ndim - mask.ndim)),
                             values.shape)
     axes = tuple(range(1, values.ndim))
-    return (jnp.sum(jnp.where(mask, values, 0.0), axis=axes),
+    return (jnp.sum(jnp.where(mask, jnp.asarray(values, jnp.float32), 0.0), axis=axes),
             jnp.sum(mask, axis=axes, dtype=jnp.float32))
 
 

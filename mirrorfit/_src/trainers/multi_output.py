@@ -8,7 +8,8 @@ follow Keras: ``loss`` (the weighted total), ``<output>_loss`` and ``<output>_<m
 
 `MultiOutputLoss` is one per-example loss for the steps: the weighted sum of the outputs'
 per-example losses, so the total over the global batch is exactly the weighted sum of the
-per-output means, as on one device.
+per-output means, as on one device. Each output's Keras mask weights its own loss, as Keras 3
+applies every output's ``_keras_mask`` (`MultiOutputLoss.per_output`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
+from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.losses import losses as losses_lib
 from mirrorfit._src.metrics import metrics as metrics_lib
+from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.utils.checks import is_int
 
 SINGLE_LOSS_FOR_SEVERAL_OUTPUTS = (
@@ -150,16 +154,48 @@ class MultiOutputLoss:
             raise ValueError(TARGETS_DO_NOT_MATCH_OUTPUTS.format(
                 argument=argument, expected=expected, fix=fix, received=describe_targets(y)))
 
-    def per_output(self, y_true: Any, y_pred: Any) -> dict[str, jax.Array]:
-        """``{"<output>_loss": per-example loss [batch]}`` for every output with a loss."""
+    def per_output(self, y_true: Any, y_pred: Any, mask: Any = None,
+                   rows: jax.Array | None = None) -> dict[str, jax.Array]:
+        """``{"<output>_loss": per-example loss [batch]}`` for every output with a loss.
+
+        Args:
+            y_true: one replica's targets, one per output.
+            y_pred: one replica's outputs.
+            mask: the outputs' Keras masks in the outputs' structure (bool ``[batch,
+                timesteps]``, ``None`` for an output without one), or ``None``. Inside the
+                steps only: the masked outputs' divisors are summed over the replicas.
+            rows: bool ``[batch]``, this replica's real rows, or ``None`` (for shapes only:
+                the masked values are then not scaled, and nothing is summed over replicas).
+
+        Returns:
+            Without a mask, each output's mean loss per example. For an output with a mask
+            and a built-in loss, each row's sum of unmasked element losses times
+            ``N / C`` (``N`` real rows and ``C`` unmasked elements in real rows, both over
+            every replica; 0 when ``C`` is 0): summed with the sample weights over the
+            global batch and divided by ``N``, as the steps do, that is Keras'
+            ``sum(l * sample_weight * mask) / sum(mask)`` for that output, exactly as on one
+            device.
+        """
         self._check(y_pred)
         self.check_targets(y_true)
-        return {f"{output_name(key)}_loss": fn(select(y_true, key), select(y_pred, key))
-                for key, fn in self.losses.items()}
+        masks = {key: None if mask is None else select(mask, key) for key in self.losses}
+        parts = {}
+        for key, fn in self.losses.items():
+            values, counts = input_checks.masked_loss(
+                fn, select(y_true, key), select(y_pred, key), masks[key])
+            if counts is not None and rows is not None:
+                real, unmasked = lax.psum((jnp.sum(rows, dtype=jnp.float32),
+                                           jnp.sum(jnp.where(rows, counts, 0.0))), BATCH_AXIS)
+                values = values * jnp.where(unmasked > 0, real / jnp.maximum(unmasked, 1.0),
+                                            0.0)
+            parts[f"{output_name(key)}_loss"] = values
+        return parts
 
-    def __call__(self, y_true: Any, y_pred: Any) -> jax.Array:
-        """The weighted total per-example loss ``[batch]``."""
-        parts = self.per_output(y_true, y_pred)
+    def __call__(self, y_true: Any, y_pred: Any, mask: Any = None,
+                 rows: jax.Array | None = None) -> jax.Array:
+        """The weighted total per-example loss ``[batch]`` (``mask``, ``rows``: as
+        `per_output`)."""
+        parts = self.per_output(y_true, y_pred, mask, rows)
         total = sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
         return cast(jax.Array, total)  # self.losses is never empty: never sum's start value 0
 

@@ -29,6 +29,7 @@ from mirrorfit._src.losses.losses import NOT_PROBABILITIES_WARNING
 from mirrorfit._src.metrics.reduction_metrics import MeanMetricWrapper
 from mirrorfit._src.optimizers.loss_scale import MIN_LOSS_SCALE, LossScaleOptimizer
 from mirrorfit._src.trainers import input_checks
+from mirrorfit._src.trainers.multi_output import OutputMetric, select
 from mirrorfit._src.trainers.step_family import StepConfig
 
 NOT_PROBABILITIES = "_not_probabilities"
@@ -81,13 +82,15 @@ def loss_counts(batch: Batch, counts: jax.Array | None) -> jax.Array:
     return batch.mask if counts is None else jnp.where(batch.mask, counts, 0.0)
 
 
-def _metric_weight(metric: Any, weight: jax.Array, output_mask: jax.Array | None
-                   ) -> jax.Array:
+def _metric_weight(metric: Any, weight: jax.Array, output_mask: Any) -> jax.Array:
     """``weight`` ``[batch]``, or times the output mask ``[batch, timesteps]`` for a metric
     that Keras masks (a `MeanMetricWrapper` such as ``accuracy``, whose update reads the
-    output's ``_keras_mask``)."""
-    inner = getattr(metric, "metric", metric)  # a renamed weighted metric
-    if output_mask is None or not isinstance(inner, MeanMetricWrapper):
+    output's ``_keras_mask``); a multi-output model's metric takes its own output's mask."""
+    if isinstance(metric, OutputMetric) and output_mask is not None:
+        output_mask = select(output_mask, metric.key)
+    inner = getattr(metric, "metric", metric)  # a renamed weighted metric, an output's
+    inner = getattr(inner, "metric", inner)
+    if not isinstance(output_mask, jax.Array) or not isinstance(inner, MeanMetricWrapper):
         return weight
     mask = output_mask.astype(jnp.float32)
     return weight.reshape(weight.shape + (1,) * (mask.ndim - 1)) * mask
@@ -96,7 +99,7 @@ def _metric_weight(metric: Any, weight: jax.Array, output_mask: jax.Array | None
 def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: jax.Array,
                         batch: Batch, extra_loss: jax.Array | None = None,
                         counts: jax.Array | None = None,
-                        output_mask: jax.Array | None = None) -> dict:
+                        output_mask: Any = None, *, over_replicas: bool = True) -> dict:
     """One replica's sums for the compiled loss and every compiled metric (not all-reduced).
 
     Args:
@@ -111,7 +114,11 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
             elements, not rows), or ``None``.
         output_mask: the output's Keras mask, bool ``[batch, timesteps]``, or ``None``: the
             `MeanMetricWrapper` metrics then weight each element (``accuracy`` counts
-            unmasked steps only, as in Keras).
+            unmasked steps only, as in Keras). For several outputs, their masks in the
+            outputs' structure: each output's loss and metrics use its own.
+        over_replicas: whether this runs per replica on the mesh (a masked output of a
+            multi-output loss sums its divisor over the replicas); ``False`` for shapes
+            only (`StepFamily.statistics_shapes`).
 
     Returns:
         ``{"loss": {"total", "count"}, <output>_loss..., <metric name>: stats..., ...}``.
@@ -123,7 +130,8 @@ def compiled_statistics(cfg: StepConfig, y: Any, y_pred: Any, per_example_loss: 
     count = jnp.sum(batch.mask if counts is None else counts, dtype=jnp.float32)
     stats: dict[str, Any] = {"loss": {"total": loss_total, "count": count}}
     per_output = getattr(cfg.loss, "per_output", None)  # a multi-output model's losses
-    for name, values in (per_output(y, y_pred) if per_output else {}).items():
+    rows = batch.mask if over_replicas else None
+    for name, values in (per_output(y, y_pred, output_mask, rows) if per_output else {}).items():
         stats[name] = masked_sum(values, weight)
     mask = batch.mask.astype(jnp.float32)
     for metric in cfg.metrics:  # as Keras: `metrics` ignore sample_weight

@@ -113,7 +113,7 @@ class BuiltinSteps(StepFamily):
                     params, state.model_state, batch.x, train=True, rng=rng
                 )
                 per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y,
-                                                               y_pred, out_mask)
+                                                               y_pred, out_mask, batch.mask)
                 extra = share_of_sum(losses, stats_lib.loss_counts(batch, counts))
                 total = stats_lib.masked_sum(per_example, stats_lib.example_weights(batch))
                 if extra is not None:
@@ -207,7 +207,7 @@ class BuiltinSteps(StepFamily):
             )
             assert cfg.loss is not None  # compile requires a loss for the default steps
             per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y, y_pred,
-                                                           out_mask)
+                                                           out_mask, batch.mask)
             counted = stats_lib.loss_counts(batch, counts)
             stats, _ = stats_lib.flatten(stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, share_of_sum(losses, counted),
@@ -222,11 +222,15 @@ class BuiltinSteps(StepFamily):
         del kind
 
         def local(state, batch):
-            y_pred, _ = cfg.adapter.apply(
+            y_pred, _, _, out_mask = cfg.adapter.apply_with_mask(
                 state.params, state.model_state, batch.x, train=False, rng=state.rng
             )
-            per_example = input_checks.per_example_loss(_compiled_loss(cfg), batch.y, y_pred)
-            return stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example, batch)
+            # The loss as the steps take it (a plain function may return element losses
+            # under a mask), without the real rows: no sums over replicas for shapes.
+            per_example, _ = input_checks.masked_loss(_compiled_loss(cfg), batch.y, y_pred,
+                                                      out_mask)
+            return stats_lib.compiled_statistics(cfg, batch.y, y_pred, per_example, batch,
+                                                 output_mask=out_mask, over_replicas=False)
 
         return jax.eval_shape(local, state, batch)
 
