@@ -15,9 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.extend.core import Primitive
 
 import mirrorfit as mf
-from mirrorfit._src.trainers import data_adapters
+from mirrorfit._src.layers import auto_config
+from mirrorfit._src.trainers import data_adapters, sharded_state, step_cost
+from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute import strategy as strategy_lib
 from tests.helpers import all_reduce_operands, count_step_compiles, mirrored_strategy, tree_equal
@@ -217,6 +220,60 @@ def test_train_step_all_reduces_statistics_as_one_operand():
     all_reduces = all_reduce_operands(hlo)
     assert len(all_reduces) == 1
     assert len(all_reduces[0]) == len(jax.tree.leaves(model.params)) + 1
+
+
+def test_a_second_fit_runs_only_its_steps_on_the_devices(monkeypatch):
+    # Between a fit's steps the devices wait for the host: a second fit (same shapes) binds
+    # no JAX primitive (no eager op such as a copy of the params at its end, no trace),
+    # places no statistics (each epoch starts from the zeros placed once) and walks no state
+    # for the step's out specs (they matter only to compile), for its shapes (read by
+    # train_step_cost only) or for variables to track (when a step's state is assigned).
+    model = _mlp(2)
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0)
+    before = jax.device_get(model.state)
+    bound, placed, walks = [], [], []
+    bind, replicate, shapes_of, flat_values = (
+        Primitive.bind, type(model.strategy).replicate_arrays, step_cost.shapes_of,
+        auto_config.flat_values)
+    monkeypatch.setattr(Primitive, "bind", lambda p, *a, **k: bound.append(p.name) or bind(
+        p, *a, **k))
+    monkeypatch.setattr(type(model.strategy), "replicate_arrays", lambda self, tree: placed.append(
+        jax.tree.structure(tree)) or replicate(self, tree))
+    monkeypatch.setattr(sharded_state, "state_out_specs", lambda *a: walks.append("out specs"))
+    monkeypatch.setattr(step_cost, "shapes_of", lambda args: shapes_of(args) if not any(
+        isinstance(a, TrainState) for a in args) else walks.append("shapes"))
+    monkeypatch.setattr(auto_config, "flat_values", lambda value: flat_values(value) if not
+                        isinstance(value, TrainState) else iter(walks.append("variables") or ()))
+    history = model.fit(X, Y, batch_size=32, epochs=3, verbose=0)
+    assert (bound, placed, walks) == ([], [], [])
+    monkeypatch.undo()
+    # Bitwise what a new model from the same state (its zeros placed anew) trains.
+    again = _mlp(2)
+    again.assign_state(**before._asdict())
+    tree_equal(again.fit(X, Y, batch_size=32, epochs=3, verbose=0).history, history.history)
+    tree_equal(again.get_weights(), model.get_weights())
+
+
+def test_arrays_next_epoch_first_batch_is_read_before_waiting_for_the_epoch_logs(
+        monkeypatch):
+    # The wait for an epoch's logs (a fetch of its statistics) would leave the devices idle
+    # while the host gathered and placed the next epoch's first batch: it is read before.
+    events = []
+    gather, fetch = data_adapters.ArrayDataAdapter._gather, type(mirrored_strategy(2)).fetch
+    monkeypatch.setattr(data_adapters.ArrayDataAdapter, "_gather",
+                        lambda *a: events.append("batch") or gather(*a))
+    monkeypatch.setattr(type(mirrored_strategy(2)), "fetch",
+                        lambda self, tree: events.append("fetch") or fetch(self, tree))
+    model = _mlp(2)
+    history = model.fit(X[:64], Y[:64], batch_size=32, epochs=2, verbose=0)
+    assert events == ["batch", "batch", "batch", "fetch", "batch", "fetch"]
+    monkeypatch.undo()
+    # The same shuffled batches as one epoch per fit call (nothing read ahead there).
+    once = _mlp(2)
+    losses = [once.fit(X[:64], Y[:64], batch_size=32, epochs=e + 1, initial_epoch=e,
+                       verbose=0).history["loss"][0] for e in range(2)]
+    assert losses == history.history["loss"]
+    tree_equal(once.get_weights(), model.get_weights())
 
 
 @pytest.mark.slow

@@ -41,9 +41,11 @@ from mirrorfit._src.trainers.state import require_state
 from mirrorfit._src.variables import call_context, stateless_scope, tracking
 from mirrorfit._src.variables import variable as variables_lib
 
-# Model's own attributes: never part of the variables a subclass's attributes hold.
+# Model's own attributes: never part of the variables a subclass's attributes hold (nor
+# searched for them when set: ``fit`` sets ``state`` after every step).
 INTERNAL = frozenset({"module", "_compile_config", "_layer_list", "_sown", "history",
-                      "_adapter", "_trainer", "_strategy", "_state", "_creation_order"})
+                      "_adapter", "_trainer", "_strategy", "_state", "state",
+                      "_creation_order"})
 TRACED_CALL = (
     "model(x) was called under jax.grad outside a stateless scope: it would read the "
     "stored weights as constants, so gradients with respect to them would be all zeros. "
@@ -156,16 +158,19 @@ class ObjectModel:
         if state is None or self.__dict__.get("_mf_pushed") is state:  # already written
             return
         self.__dict__["_mf_pushed"] = state
-        # Copies: fit donates the state's buffers, which the variables must not share.
-        params, model_state = _copied((state.params, state.model_state))
+        # Copies of the values written only: fit donates the state's buffers, which the
+        # variables must not share. A model without variables (a plain Flax module) copies
+        # nothing: ``fit`` calls this at its end, and each copy is one device op.
         if self.is_subclassed:
-            for target, value in variable_pairs(self, params, model_state):
+            pairs = variable_pairs(self, state.params, state.model_state)
+            for (target, _), value in zip(pairs, _copied([value for _, value in pairs])):
                 target._value = value
             _remember(self, tracking.walk(self))
             return
+        rest = state.model_state.get(NON_TRAINABLE, {})
         for name, layer in self._object_nodes():
-            rest = model_state.get(NON_TRAINABLE, {})
-            flax_bridge.write_back(layer, params.get(name), rest.get(name))
+            params, non_trainable = _copied((state.params.get(name), rest.get(name)))
+            flax_bridge.write_back(layer, params, non_trainable)
             _remember(self, tracking.walk(layer))
 
     # -- calls inside other objects' passes ----------------------------------------------

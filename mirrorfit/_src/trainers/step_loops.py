@@ -76,6 +76,9 @@ class StepLoops:
         # Per step kind ("train", "eval"): the statistics layout and its zero vector. The two
         # differ only for a model that overrides train_step or test_step.
         self._layouts: dict[str, tuple[stats_lib.StatsLayout, np.ndarray]] = {}
+        # Per step kind: the newest first statistics, on the host and mirrored. Every epoch
+        # (and evaluate) of a built-in step starts from the same zeros: placed once.
+        self._initial: dict[str, tuple[np.ndarray, jax.Array]] = {}
         self._warned: set[str] = set()
         self._train_step: Callable | None = None
         self._eval_step: Callable | None = None
@@ -89,6 +92,7 @@ class StepLoops:
         self.config = config = sharded_state.configured(config, self.strategy)
         self.steps_per_execution = steps_per_execution
         self._layouts = {}
+        self._initial = {}
         self._warned = set()
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
@@ -133,8 +137,11 @@ class StepLoops:
             layout = stats_lib.StatsLayout.from_shapes(
                 self.config.family.statistics_shapes(self.config, state, sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
-        return self.strategy.replicate_arrays(self.config.family.initial_statistics(
-            self.config, self._layouts[kind][0], kind))
+        host = self.config.family.initial_statistics(self.config, self._layouts[kind][0], kind)
+        placed = self._initial.get(kind)
+        if placed is None or placed[0].tobytes() != host.tobytes():  # no step donates them
+            placed = self._initial[kind] = host, self.strategy.replicate_arrays(host)
+        return placed[1]
 
     def _decode(self, statistics, kind: str = "train") -> dict[str, Any]:
         """Metric values (Python floats, loss first) from a statistics snapshot.
@@ -153,13 +160,24 @@ class StepLoops:
 
     def _compiled_step(self, step: Callable, example_args: tuple, out_specs: Any, *,
                        donate_argnums: int | tuple[int, ...] = ()) -> Callable:
+        """The compiled ``step`` for arguments like ``example_args``; ``out_specs`` may be a
+        function that returns them, called only to compile."""
         key = (step, jax.tree.structure(example_args))
         if key not in self._compiled:  # compiles once per input shape (shape_cache)
             kind = {id(self._train_step): "train", id(self._eval_step): "eval"}.get(id(step))
             self._compiled[key] = shape_cache.PerShapeStep(compile_per_replica(
-                self.strategy, step, specs_like(self.strategy, example_args), out_specs,
+                self.strategy, step, specs_like(self.strategy, example_args),
+                out_specs() if callable(out_specs) else out_specs,
                 donate_argnums=donate_argnums), kind or "predict", lambda: self._warned)
         return self._compiled[key]
+
+    def _compiled_train_step(self, state, statistics, batch) -> Callable:
+        """The train step for such arguments: the state donated, and returned placed as it
+        came (its out specs, a walk over every state leaf, are computed only to compile)."""
+        assert self._train_step is not None  # set by configure (compile)
+        return self._compiled_step(
+            self._train_step, (state, statistics, batch),
+            lambda: (sharded_state.state_out_specs(self.strategy, state), P()), donate_argnums=0)
 
     # -- loops ----------------------------------------------------------------------------
 
@@ -169,7 +187,7 @@ class StepLoops:
         placed = (data.resident.batches(epoch, start_step, group) if data.resident is not None
                   else place_batches(data.batches(epoch, start_step=start_step, group=group),
                                      self.strategy, stacked=group > 1, local=data.local_rows))
-        return contextlib.closing(prefetch(placed, self.prefetch and data.runs_user_code))
+        return prefetch(placed, self.prefetch and data.runs_user_code)
 
     def evaluate(self, model, data: DataAdapter, callbacks: CallbackList) -> dict[str, float]:
         """Loss and metrics over every batch of ``data``, in order.
@@ -183,7 +201,7 @@ class StepLoops:
             ``{"loss": ..., metric: ...}`` as Python floats, exact over the real rows.
         """
         callbacks.on_test_begin()
-        with self._placed(data) as batches:
+        with contextlib.closing(self._placed(data)) as batches:
             batch = _first(batches, data)
             statistics = self._fresh_statistics(model.state, batch, "eval")
             assert self._eval_step is not None  # set by configure (compile)
@@ -221,7 +239,7 @@ class StepLoops:
         outputs = []
         masks: list[Any] = [None, None]  # (device mask, host copy): full batches share one
         step = -1
-        with self._placed(data) as batches:
+        with contextlib.closing(self._placed(data)) as batches:
             for step, batch in enumerate(batches):
                 if predict_fn is None:
                     predict_fn = self._compiled_step(self._predict_step, (model.state, batch),

@@ -4,6 +4,9 @@
 steps, placed batches, statistics, ``evaluate`` and ``predict``): after every train step the
 model's state is the newest one, so an exception leaves the model at its last good state.
 
+An epoch's logs are read (a wait for its last steps) after the next epoch's first batch of
+in-memory arrays is gathered and placed, so the devices do not idle for that host work.
+
 A source of unknown length ends an epoch when exhausted; one that runs dry before ``fit``
 is done warns as Keras (`RAN_OUT_OF_DATA`) and stops training.
 
@@ -14,13 +17,14 @@ to continue mid-epoch (``BackupAndRestore`` does): `mirrorfit._src.callbacks.con
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.callbacks.callback import History, LazyLogs, chief_print
 from mirrorfit._src.callbacks.contract import Progress, ResumePoint, StepCost, TrainingLoop
@@ -60,7 +64,8 @@ class Trainer(StepLoops, TrainingLoop):
         self.progress: Progress | None = None
         self.train_data: DataAdapter | None = None
         self.train_fn: Callable | None = None
-        self._train_shapes: Any = None  # `step_cost.shapes_of` train_fn's newest arguments
+        # The model train_fn last trained, and `step_cost.shapes_of` its statistics and batch.
+        self._train_call: tuple[Any, Any] | None = None
         self._resume_point: ResumePoint | None = None
 
     def resume_from(self, point: ResumePoint) -> None:
@@ -85,13 +90,28 @@ class Trainer(StepLoops, TrainingLoop):
         Raises:
             RuntimeError: before any train step of ``fit`` has been compiled.
         """
-        if self.train_fn is None or self._train_shapes is None or self.config is None:
+        shapes = self._train_shapes
+        if self.train_fn is None or shapes is None or self.config is None:
             raise RuntimeError("train_step_cost() reads the compiled train step: call it in "
                                "fit after the first train step (on_train_batch_end or later). "
                                "Received: a call before any train step was compiled")
         single = (self.config.family.train_step(self.config) if self.steps_per_execution > 1
                   else None)
-        return step_cost.step_cost(self.strategy, self.train_fn, self._train_shapes, single)
+        return step_cost.step_cost(self.strategy, self.train_fn, shapes, single)
+
+    @property
+    def _train_shapes(self) -> Any:
+        """`step_cost.shapes_of` train_fn's newest ``(state, statistics, batch)``, ``None``
+        before; the state's as the model holds it now (a step keeps its shapes and
+        shardings), read only when asked: a walk over every state leaf."""
+        call = self._train_call
+        return None if call is None else (step_cost.shapes_of(call[0].state), *call[1])
+
+    def _epoch_start(self, data: DataAdapter, epoch: int, point: ResumePoint | None = None):
+        """``(`_placed` batches of ``epoch`` from ``point`` on, the first of them or None)``."""
+        batches = self._placed(data, epoch, 0 if point is None else point.step,
+                               self.steps_per_execution)
+        return batches, next(batches, None)
 
 
     def fit(self, model, train: DataAdapter, *, epochs: int, initial_epoch: int, callbacks,
@@ -131,6 +151,7 @@ class Trainer(StepLoops, TrainingLoop):
         model.history = history
         self._warned = set()
         self.train_data, self._resume_point = train, None
+        upcoming = None  # in-memory arrays: the next epoch's `_epoch_start`, read ahead
         try:
             callback_list.on_train_begin()
             resume, self._resume_point = self._resume_point, None
@@ -138,15 +159,16 @@ class Trainer(StepLoops, TrainingLoop):
             logs: dict[str, float] = {}
             for epoch in range(first, epochs):
                 point = resume if epoch == first else None
-                with self._placed(train, epoch, 0 if point is None else point.step,
-                                  self.steps_per_execution) as batches:
-                    batch = next(batches, None)
+                placed, batch = upcoming or self._epoch_start(train, epoch, point)
+                with contextlib.closing(placed) as batches:
                     if batch is None:  # a one-shot source ran dry at an epoch boundary
                         warnings.warn(RAN_OUT_OF_DATA, MirrorfitWarning, stacklevel=3)
                         break
                     callback_list.on_epoch_begin(epoch)
-                    logs, done = self._train_epoch(model, train, epoch, callback_list,
-                                                   batches, batch, point)
+                    ahead = (functools.partial(self._epoch_start, train, epoch + 1)
+                             if train.arrays() is not None and epoch + 1 < epochs else None)
+                    logs, done, upcoming = self._train_epoch(model, train, epoch, callback_list,
+                                                             batches, batch, point, ahead)
                 if train.steps is None and history.params["steps"] is None:
                     history.params["steps"] = done  # learned (params are shared by every
                     #                                 callback): later bars have a total
@@ -167,20 +189,21 @@ class Trainer(StepLoops, TrainingLoop):
             callback_list.on_train_error(error)
             raise
         finally:
+            if upcoming is not None:  # read ahead for an epoch that did not run
+                upcoming[0].close()
             self.train_data = self.progress = None
         return history
 
     def _train_epoch(self, model, data, epoch, callbacks, batches, batch,
-                     resume: ResumePoint | None = None) -> tuple[dict[str, float], int]:
-        """One epoch from its first placed ``batch``; returns its logs and steps done."""
+                     resume: ResumePoint | None = None, ahead: Callable | None = None
+                     ) -> tuple[dict[str, float], int, Any]:
+        """One epoch from its first placed ``batch``; returns its logs, steps done and what
+        ``ahead()`` returned (``None`` without it, or once training stops)."""
         group = self.steps_per_execution
         step = 0 if resume is None else resume.step
         statistics = self._fresh_statistics(model.state, batch)
-        assert self._train_step is not None  # set by configure (compile)
-        train_fn = self.train_fn = self._compiled_step(
-            self._train_step, (model.state, statistics, batch),
-            (sharded_state.state_out_specs(self.strategy, model.state), P()), donate_argnums=0)
-        self._train_shapes = step_cost.shapes_of((model.state, statistics, batch))
+        train_fn = self.train_fn = self._compiled_train_step(model.state, statistics, batch)
+        self._train_call = model, step_cost.shapes_of((statistics, batch))
         if resume is not None and resume.restore_statistics is not None:
             statistics = self.strategy.replicate_arrays(
                 resume.restore_statistics(self._layouts["train"][1]))
@@ -203,7 +226,11 @@ class Trainer(StepLoops, TrainingLoop):
                 break
         if batch is None:  # exhausted: the steps the source really gave (no group fillers)
             step = data.steps_seen
-        return self._decode(statistics), step if data.steps is None else min(step, data.steps)
+        # The next epoch's first batch is gathered and placed while the last steps run:
+        # reading the logs waits for them, and the devices would idle for that host work.
+        upcoming = ahead() if ahead is not None and not model.stop_training else None
+        done = step if data.steps is None else min(step, data.steps)
+        return self._decode(statistics), done, upcoming
 
     def train_on_batch(self, model, data: DataAdapter) -> dict[str, float]:
         """One train step on the one batch of ``data`` (``Model.train_on_batch``); its logs.
@@ -214,10 +241,7 @@ class Trainer(StepLoops, TrainingLoop):
         batch = next(place_batches(data.batches(0, group=group), self.strategy,
                                    stacked=group > 1))
         statistics = self._fresh_statistics(model.state, batch)
-        assert self._train_step is not None  # set by configure (compile)
-        train_fn = self._compiled_step(
-            self._train_step, (model.state, statistics, batch),
-            (sharded_state.state_out_specs(self.strategy, model.state), P()), donate_argnums=0)
+        train_fn = self._compiled_train_step(model.state, statistics, batch)
         model.state, statistics = train_fn(model.state, statistics, batch)
         return self._decode(statistics)
 
