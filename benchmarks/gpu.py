@@ -314,10 +314,9 @@ def lm_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
                                                   compute_dtype=jnp.bfloat16),
              "mirrorfit_fit": MirrorfitRunner(workload, devices, batch, "fit", from_logits=True,
                                               dtype_policy=POLICY, metrics=()),
-             # cuDNN's fused attention takes only fp16/bf16: float32 runs XLA's attention
-             "mirrorfit_fit_float32": MirrorfitRunner(
-                 Workload(module.clone(attention=None), (lc["seq"],), jnp.int32), devices,
-                 batch, "fit", from_logits=True, metrics=())}
+             # float32 calls run XLA's attention (workloads.CausalSelfAttention)
+             "mirrorfit_fit_float32": MirrorfitRunner(workload, devices, batch, "fit",
+                                                      from_logits=True, metrics=())}
     flops = lc["seq"] * lm_train_flops_per_token(module)
     rows = time_cases(cases, x, y, batch, batch, cfg, counter, flops, peak, "lm")
     del cases

@@ -141,8 +141,7 @@ def lm_params_for_mfu(module: DecoderLM) -> int:
     like the position embedding's, costs no FLOPs).
     """
     tokens = jax.ShapeDtypeStruct((1, module.seq), jnp.int32)
-    xla = module.clone(attention=None)  # same params; cuDNN's attention refuses float32
-    params = jax.eval_shape(xla.init, jax.random.key(0), tokens)["params"]
+    params = jax.eval_shape(module.init, jax.random.key(0), tokens)["params"]
     total = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
     return total - module.seq * module.d_model
 
