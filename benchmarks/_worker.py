@@ -29,7 +29,8 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the repo's mirrorfit, uninstalled
+# The repo's mirrorfit, uninstalled; MIRRORFIT_TREE points at another checkout's (ab_commits.py).
+sys.path.insert(1, os.environ.get("MIRRORFIT_TREE") or str(Path(__file__).resolve().parents[1]))
 
 GROUP_STEPS = 32  # timed slices are whole multiples of this many global batches
 PEER_CASES = ("keras3", "keras3_spe", "tf_keras")  # run by the peer's venv interpreter

@@ -26,8 +26,8 @@ class MirrorfitRunner:
         verbose: the ``verbose`` argument of every call (1: progress bar).
         dtype_policy: the model's ``dtype_policy`` (e.g. ``"mixed_bfloat16"``).
         metrics: the compiled metrics (``[]`` for the language model: loss only).
-        device_resident: ``fit``'s ``device_resident`` (``None``: placed on the device when
-            it fits, the default a user gets; ``False``: every batch sent from the host).
+        device_resident: ``fit``'s ``device_resident`` (``None``: not passed, the default a
+            user gets; ``False``: every batch sent from the host; ``True``: resident).
     """
 
     def __init__(self, workload: Workload, num_devices: int, batch_size: int, mode: str,
@@ -51,8 +51,11 @@ class MirrorfitRunner:
     def run(self, x: np.ndarray, y: np.ndarray, repeats: int) -> int:
         """Fits ``repeats`` epochs, or evaluates/predicts ``repeats`` times, over ``x`` ``[n, ...]``."""
         if self.mode == "fit":
+            # device_resident only when set: commits before it existed run too (ab_commits.py).
+            placement = ({} if self.device_resident is None
+                         else {"device_resident": self.device_resident})
             self.model.fit(x, y, batch_size=self.batch_size, epochs=repeats, verbose=self.verbose,
-                           device_resident=self.device_resident)
+                           **placement)
         else:
             for _ in range(repeats):
                 if self.mode == "evaluate":

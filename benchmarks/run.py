@@ -109,10 +109,12 @@ def failure_reason(stderr: str, lines: int = 2) -> str:
 
 
 def run_case(group: dict, case: str, settings: dict, calibration: dict | None,
-             pythons: dict) -> dict:
+             pythons: dict, tree: Path | None = None) -> dict:
     """Measures one case in a subprocess; returns its result with ``status`` set.
 
     ``pythons`` maps each peer case to its venv interpreter, or to the reason it has none.
+    ``group["spe"]`` (default `SPE`) is the fused cases' steps per call; ``tree`` is the
+    checkout whose mirrorfit the worker imports (default: this one).
     """
     python, timeout = sys.executable, settings["timeout_s"]
     if case in venvs.CASE_PEER:
@@ -123,13 +125,15 @@ def run_case(group: dict, case: str, settings: dict, calibration: dict | None,
         result_path = Path(tmp) / "result.json"
         cmd = [str(python), str(HERE / "_worker.py"), "--case", case, "--model", group["model"],
                "--devices", str(group["devices"]), "--batch", str(group["batch"]),
-               "--n", str(group["n"]), "--spe", str(SPE), "--repeats", str(settings["repeats"]),
+               "--n", str(group["n"]), "--spe", str(group.get("spe", SPE)),
+               "--repeats", str(settings["repeats"]),
                "--target-seconds", str(settings["target_seconds"]),
                "--warmup-steps", str(settings["warmup_steps"]), "--result", str(result_path)]
         if calibration:
             cmd += ["--rows", str(calibration["rows"]), "--epochs", str(calibration["epochs"])]
         env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="",
-                   KERAS_BACKEND=KERAS_BACKEND.get(case, "jax"), TF_CPP_MIN_LOG_LEVEL="2")
+                   KERAS_BACKEND=KERAS_BACKEND.get(case, "jax"), TF_CPP_MIN_LOG_LEVEL="2",
+                   MIRRORFIT_TREE=str(tree) if tree else "")
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:

@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import ab_commits  # noqa: E402
 import run  # noqa: E402
 import venvs  # noqa: E402
 
@@ -75,6 +76,28 @@ def test_plan_keeps_only_the_asked_device_counts():
     _, one = run.plan(quick=False, only_devices={1})
     assert {g["devices"] for g in every} == {1, 2, 4, 8}
     assert one == [g for g in every if g["devices"] == 1]
+
+
+def test_regression_guard_flags_a_loss_over_five_percent_and_reports_the_cpu():
+    def case(text, base, head):
+        merged = {"handwritten": run.merge_rounds([_ok([100.0])]),
+                  "base": run.merge_rounds([_ok([base])]), "head": run.merge_rounds([_ok([head])])}
+        r = ab_commits.ratios(merged)
+        return {"case": text, "sides": merged, "ratios": r,
+                "regression": r["head/base"] < ab_commits.REGRESSION}
+
+    cases = [case("1:32:1", 100.0, 96.0), case("1:32:32", 100.0, 94.0)]
+    assert [c["regression"] for c in cases] == [False, True]
+    assert cases[1]["ratios"] == {"head/base": 0.94, "head/handwritten": 0.94}
+    assert ab_commits.fused_over_single(cases) == {"1:32:32": 94.0 / 96.0}
+    text = ab_commits.markdown({"machine": {"cpu": "AMD EPYC", "cpus": 2, "python": "3.11",
+                                            "jax": "0.10.2"}, "date": "2026-12-08",
+                                "base": "e65b38e", "head": "abc", "rounds": 1, "cases": cases})
+    assert "CPU: AMD EPYC (2 cores)" in text and "| 1:32:32 |" in text and "REGRESSION" in text
+    assert ab_commits.parse_case("1:256") == dict(model="mlp", devices=1, batch=256, n=60_000,
+                                                  spe=1)
+    with pytest.raises(ValueError, match="D:B:K"):
+        ab_commits.parse_case("1:x:3")
 
 
 def test_should_run_again_retries_only_peer_crashes():

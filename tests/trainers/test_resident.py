@@ -142,16 +142,35 @@ def test_automatic_choice_fits_the_budget_in_order():
     assert train.resident is not None
 
 
-def test_free_bytes_is_the_fullest_devices_and_none_for_shared_cpu_memory():
-    def device(limit, in_use):
+def test_free_bytes_is_the_fullest_accelerators_and_none_on_the_cpu():
+    def device(limit, in_use, platform="gpu"):
         return types.SimpleNamespace(
-            memory_stats=lambda: {"bytes_limit": limit, "bytes_in_use": in_use})
+            platform=platform, memory_stats=lambda: {"bytes_limit": limit, "bytes_in_use": in_use})
 
     gpus = types.SimpleNamespace(devices=[device(100, 10), device(100, 40)],
                                  single_replica=False)
     assert resident_lib.free_bytes(gpus) == 60
-    assert resident_lib.free_bytes(mirrored_strategy(8)) == 0  # simulated CPU devices
-    assert resident_lib.free_bytes(mirrored_strategy(1)) > 0  # the host's available memory
+    no_stats = types.SimpleNamespace(devices=[types.SimpleNamespace(
+        platform="tpu", memory_stats=lambda: None)], single_replica=True)
+    assert resident_lib.free_bytes(no_stats) == 0
+    # The CPU backend: host memory is "the device"; the host path is the default there.
+    assert resident_lib.free_bytes(mirrored_strategy(1)) == 0
+    assert resident_lib.free_bytes(mirrored_strategy(8)) == 0
+
+
+def test_fit_feeds_from_the_host_by_default_on_the_cpu():
+    model = _model(1)
+    seen = []
+
+    class Probe(mf.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(self.model.trainer.train_data.resident)
+
+    model.fit(X[:ROWS], Y[:ROWS], batch_size=BATCH, epochs=1, verbose=0, callbacks=[Probe()])
+    assert seen and all(resident is None for resident in seen)
+    model.fit(X[:ROWS], Y[:ROWS], batch_size=BATCH, epochs=1, verbose=0, callbacks=[Probe()],
+              device_resident=True)
+    assert seen[-1] is not None
 
 
 def test_device_resident_argument_is_validated():

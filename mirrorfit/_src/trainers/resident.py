@@ -21,20 +21,21 @@ counts (`resident_bytes`); the padding is added on the devices after the transfe
 moment the unpadded copy is there too), as a host copy of the data set would cost more
 than the transfer itself.
 
-``fit(..., device_resident=None)`` decides per data set (`choose`): the training arrays,
-then the validation arrays, are resident while their bytes fit `BUDGET_FRACTION` of the
-free memory of the fullest device (``device.memory_stats()``: ``bytes_limit -
-bytes_in_use``). Devices without memory statistics (CPU) count the host's available memory
-at one replica, and nothing at several: simulated CPU devices share the host's memory, so
-several mirrored copies would multiply it. ``evaluate`` and ``predict`` make one pass,
-which moves the same bytes either way, so they are resident only when asked
-(``device_resident=True``): a resident program is compiled per (bucketed) data set size.
+``fit(..., device_resident=None)`` decides per data set (`choose`), on accelerators only:
+the training arrays, then the validation arrays, are resident while their bytes fit
+`BUDGET_FRACTION` of the free memory of the fullest device (``device.memory_stats()``:
+``bytes_limit - bytes_in_use``). On the CPU backend the automatic choice is the host path:
+there "the device" is host memory, so a resident copy saves no transfer, and gathering the
+rows inside the step cost up to 44% of ``fit`` 's throughput at one CPU device, where the
+host path passes an aligned NumPy batch to the step without a copy (issue 45;
+``docs/guides/data.md``). ``evaluate`` and ``predict`` make one pass, which moves the same
+bytes either way, so they are resident only when asked (``device_resident=True``): a
+resident program is compiled per (bucketed) data set size.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -47,11 +48,11 @@ from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.trainers.data_adapters import ArrayDataAdapter, DataAdapter
 
 BUDGET_FRACTION = 0.5
-"""Fraction of a device's free memory (or, on one CPU device, of the host's available
-memory) that automatically resident data sets may take, all together."""
+"""Fraction of an accelerator's free memory that automatically resident data sets may take,
+all together."""
 
-SETTING = ("device_resident must be None (automatic: resident when the arrays fit the "
-           "memory budget), True (always, for in-memory arrays) or False (never). "
+SETTING = ("device_resident must be None (automatic: resident on accelerators when the "
+           "arrays fit the memory budget), True (always, for in-memory arrays) or False (never). "
            "Received: device_resident={!r}")
 
 NOT_ARRAYS = ("device_resident=True needs in-memory arrays (NumPy, JAX or pandas) as x: "
@@ -102,15 +103,15 @@ def _padded(a: jax.Array, rows: int) -> jax.Array:
 def free_bytes(strategy: DeviceMesh) -> int:
     """The memory automatically resident data may use on each of ``strategy`` 's devices.
 
-    The least free memory over its devices (``bytes_limit - bytes_in_use`` from
-    ``memory_stats()``); for devices without statistics, the host's available memory at
-    one replica in one process, and 0 otherwise (simulated CPU devices share the host's).
+    The least free memory over its accelerators (``bytes_limit - bytes_in_use`` from
+    ``memory_stats()``); 0 on the CPU backend, and for devices without statistics, so that
+    ``device_resident=None`` takes the host path there.
     """
+    if any(device.platform == "cpu" for device in strategy.devices):
+        return 0
     stats = [device.memory_stats() for device in strategy.devices]
     if all(stats):
         return min(s["bytes_limit"] - s["bytes_in_use"] for s in stats)  # type: ignore[index]
-    if strategy.single_replica:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return 0
 
 

@@ -194,9 +194,9 @@ class TrainingAPI:
             device_resident: for array ``x`` (and array validation data): ``True`` places
                 the arrays on every device once and sends each step only its row indices,
                 ``False`` gathers and transfers every batch from the host, ``None`` (the
-                default) is ``True`` while the arrays fit half the free device memory (on
-                CPU devices: at one replica only). Same results either way (guide:
-                "Device-resident datasets").
+                default) is ``True`` on accelerators while the arrays fit half the free
+                device memory, and ``False`` on the CPU backend, where the host path is
+                faster. Same results either way (guide: "Device-resident datasets").
 
         Returns:
             `History`: ``history.history[key]`` is a list with one float per epoch for
