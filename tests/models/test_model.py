@@ -62,7 +62,7 @@ def test_optimizer_learning_rate_set_applies_next_step_without_recompile(allclos
     model = _model(8)
     model.train_on_batch(X, Y)
     train_fn = model.trainer._compiled_step(  # the jitted step train_on_batch used
-        model.trainer._train_step, (model.state, *_placed_args(model)), None)
+        model.trainer.train_step_for(), (model.state, *_placed_args(model)), None)
     assert model.optimizer.learning_rate == pytest.approx(0.1)
     model.optimizer.learning_rate = 0.0
     before = jax.device_get(model.params)

@@ -93,3 +93,30 @@ def test_variable_round_and_format_act_as_the_number():
     assert f"{scalar:.2f}" == "2.35" and f"{scalar}" == str(scalar)
     vector = mf.Variable(np.array([1.26, 2.5], np.float32))
     np.testing.assert_allclose(round(vector, 1), [1.3, 2.5])
+
+
+class _LogsCounters(mf.Model):
+    """A Keras ``train_step`` that logs the optimizer's live counter and rate."""
+
+    def train_step(self, data):
+        x, y = data
+        iterations = mf.ops.convert_to_tensor(self.optimizer.iterations)  # before the update
+        rate = mf.ops.convert_to_tensor(self.optimizer.learning_rate)
+        loss, grads = mf.value_and_grad(
+            lambda: self.compute_loss(x, y, self(x, training=True)), self.trainable_variables)()
+        self.optimizer.apply(grads)
+        return {"loss": loss, "iterations": mf.ops.cast(iterations, "float32"),
+                "after": mf.ops.cast(self.optimizer.iterations, "float32"), "rate": rate}
+
+
+def test_iterations_and_learning_rate_are_live_inside_a_train_step():
+    with mirrored_strategy(2).scope():
+        model = _LogsCounters(nn.Dense(3), input_shape=(4,))
+        model.compile(mf.optimizers.SGD(0.1), "mse")
+    history = model.fit(X, Y, batch_size=4, epochs=3, verbose=0,  # 4 steps per epoch
+                        callbacks=[mf.callbacks.LearningRateScheduler(lambda epoch: 0.1 / 2 ** epoch)])
+    # The epoch logs its last step's values, as Keras: steps 3, 7 and 11 (0-based).
+    assert history.history["iterations"] == [3.0, 7.0, 11.0]
+    assert history.history["after"] == [4.0, 8.0, 12.0]  # Keras' counter after apply
+    np.testing.assert_allclose(history.history["rate"], [0.1, 0.05, 0.025], rtol=1e-6)
+    assert int(model.optimizer.iterations) == 12

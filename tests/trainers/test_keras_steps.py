@@ -831,19 +831,21 @@ def test_metrics_lists_the_loss_tracker_compiled_metrics_and_attribute_trackers(
     assert all(not isinstance(layer, mf.metrics.Metric) for layer in model.layers)
 
 
-def test_assigning_a_variable_the_step_does_not_carry_raises_instead_of_losing_it():
+def test_a_variable_the_step_assigns_is_carried_even_when_the_model_does_not_hold_it():
     outside = mf.Variable(0.0, name="outside")  # held by no attribute of the model
 
     class Counts(Regressor):
         def train_step(self, data):
             outside.assign_add(1.0)
-            return {}
+            return {"count": outside.value}
 
     with mirrored_strategy(2).scope():
         model = Counts()
         model.compile("sgd")
-    with pytest.raises(ValueError, match=r"would be lost .* Received: assignments to \['outside'\]"):
-        model.fit(X, Y, epochs=1, verbose=0)
+    history = model.fit(X, Y, batch_size=4, epochs=2, verbose=0)
+    steps = -(-len(X) // 4)
+    assert history.history["count"] == [float(steps), float(2 * steps)]  # live in the step
+    assert float(outside.numpy()) == 2 * steps  # written back when fit ends
 
 
 def test_batchnorm_moving_mean_in_a_keras_step_is_averaged_over_replicas():

@@ -115,17 +115,6 @@ def test_compile_refuses_optimizers_that_need_whole_leaves():
             model.compile(optimizer, "sparse_categorical_crossentropy")
 
 
-def test_model_with_own_train_step_is_refused_when_sharded():
-    class Own(mf.Model):
-        def train_step(self, data):
-            return {}
-
-    with mf.MirroredStrategy(jax.devices()[:2], shard_optimizer_state=True).scope():
-        model = Own(nn.Dense(3), input_shape=(8,))
-        with pytest.raises(ValueError, match="defines its own train_step"):
-            model.compile("adam", "mse")
-
-
 def test_backup_and_restore_resumes_sharded_run_bitwise(tmp_path):
     make, _ = OPTIMIZERS["loss_scale_adamw_decay_exclusions_clipnorm"]
     model = _model(8, True, make())

@@ -1,6 +1,6 @@
 """One step family per model, chosen at compile: the built-in steps and the steps of a Model
-subclass that overrides a hook skip a filler batch and average BatchNorm statistics across
-replicas alike (`mirrorfit._src.trainers.step_family`)."""
+subclass that overrides a hook run no filler batch of a ``steps_per_execution`` group and
+average BatchNorm statistics across replicas alike (`mirrorfit._src.trainers.step_family`)."""
 
 import flax.linen as nn
 import jax
@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import mirrorfit as mf
-from mirrorfit._src.distribute.batch import Batch, place_batches
+from mirrorfit._src.distribute.batch import Batch, place_batches, stack
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.trainers.model_hooks import HookedSteps
 from mirrorfit._src.trainers.statistics import StatsLayout
@@ -67,28 +67,34 @@ def test_compile_chooses_the_family_from_the_overrides(family):
 
 @pytest.mark.parametrize("n", [1, 3, 8])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_filler_batch_leaves_state_and_statistics_bitwise_unchanged(family, n):
+def test_fillers_that_end_a_group_leave_the_state_as_its_real_steps_left_it(family, n):
     model = _model(family, n)
     cfg = model.trainer.config
-    step = cfg.family.train_step(cfg, skip_empty=True)  # as inside a steps_per_execution group
     real = Batch(X, Y, None, np.ones(ROWS, bool))
     filler = real._replace(mask=np.zeros(ROWS, bool))  # as the data adapters make one
-    real, filler = place_batches([real, filler], model.strategy)
+    [placed_real] = list(place_batches([real], model.strategy))
+    [group] = list(place_batches([stack([real, filler, filler])], model.strategy, stacked=True))
     state = model.state
-    layout = StatsLayout.from_shapes(cfg.family.statistics_shapes(cfg, state, real, "train"))
+    layout = StatsLayout.from_shapes(cfg.family.statistics_shapes(cfg, state, placed_real,
+                                                                  "train"))
     statistics = model.strategy.replicate_arrays(np.arange(layout.size, dtype=np.float32))
-    args = (state, statistics, real)
-    compiled = compile_per_replica(model.strategy, step, specs_like(model.strategy, args),
-                                   (P(), P()))
     before = jax.device_get((state, statistics))
 
-    after = jax.device_get(compiled(state, statistics, filler))
-    for got, expected in zip(jax.tree.leaves(after), jax.tree.leaves(before)):
-        np.testing.assert_array_equal(got, expected, strict=True)
+    def compiled(step, batch):
+        args = (state, statistics, batch)
+        return compile_per_replica(model.strategy, step, specs_like(model.strategy, args),
+                                   (P(), P()))
 
-    # The same step on the real rows updates everything a filler would have changed: the
-    # step count, the optimizer state, the params and the BatchNorm moving statistics.
-    updated, new_statistics = jax.device_get(compiled(state, statistics, real))
+    one = jax.device_get(compiled(cfg.family.train_step(cfg), placed_real)(
+        state, statistics, placed_real))
+    grouped = jax.device_get(compiled(cfg.family.multi_train_step(cfg), group)(
+        state, statistics, group))
+    # A loop body and a plain call are two programs: equal to float32 rounding.
+    for got, expected in zip(jax.tree.leaves(grouped), jax.tree.leaves(one)):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    # The real step updated everything: the step count (once, the fillers ran no step),
+    # the optimizer state, the params and the BatchNorm moving statistics.
+    updated, new_statistics = grouped
     assert int(updated.step) == int(before[0].step) + 1
     assert int(updated.opt_state.inner_state[0].count) == 1
     for leaf, old in zip(jax.tree.leaves((updated.params, updated.model_state)),

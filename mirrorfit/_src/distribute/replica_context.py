@@ -39,13 +39,16 @@ class ReplicaContext:
             `mirrorfit.apply_gradients` then update blocks (``_place_optimizer_state``,
             ``_reduce_scatter``, ``_split_flags``, ``_blocks_of``, ``_gather_blocks``).
         axis_name: the mesh axis of the collectives (``"batch"``).
+        check_numerics: whether an optimizer update skips non-finite gradients and reports
+            it (`mirrorfit._src.optimizers.update.apply_update`): ``fit`` 's step with
+            `mirrorfit.callbacks.TerminateOnNaN`.
     """
 
     axis_name = BATCH_AXIS
 
     def __init__(self, num_replicas_in_sync: int = 1, mask: jax.Array | None = None,
                  in_run: bool = False, gradient_reduce_op: Any = ReduceOp.SUM,
-                 mesh: DeviceMesh | None = None):
+                 mesh: DeviceMesh | None = None, check_numerics: bool = False):
         self.num_replicas_in_sync = num_replicas_in_sync
         self._mesh = mesh
         self.shard_optimizer_state = (in_run and mesh is not None and num_replicas_in_sync > 1
@@ -53,6 +56,22 @@ class ReplicaContext:
         self.mask = mask
         self.gradient_reduce_op = ReduceOp.resolve(gradient_reduce_op, "gradient_reduce_op")
         self._in_run = in_run
+        self.check_numerics = check_numerics
+        self.updates_finite: list[jax.Array] = []  # `_note_update`: one flag per update
+
+    def derived(self, **changes: Any) -> ReplicaContext:
+        """A copy of this context with some of its constructor arguments changed (``mask``,
+        ``gradient_reduce_op``, ``check_numerics``): the context of a step inside ``run``'s
+        or ``fit``'s per-replica function."""
+        arguments = {"num_replicas_in_sync": self.num_replicas_in_sync, "mask": self.mask,
+                     "in_run": self._in_run, "gradient_reduce_op": self.gradient_reduce_op,
+                     "mesh": self._mesh, "check_numerics": self.check_numerics}
+        return ReplicaContext(**{**arguments, **changes})
+
+    def _note_update(self, finite: jax.Array) -> None:
+        """Records that an optimizer update inside this context checked its gradients:
+        ``finite`` (bool ``[]``, the same on every replica) is whether it was applied."""
+        self.updates_finite.append(finite)
 
     @property
     def replica_id_in_sync_group(self) -> jax.Array | int:
@@ -67,14 +86,15 @@ class ReplicaContext:
         assert self._mesh is not None, "only a context of strategy.run places state"
         return zero.place_optimizer_state(self._mesh, leaf)
 
-    def _reduce_scatter(self, reduce_op: Any, grads: Any) -> Any:
+    def _reduce_scatter(self, reduce_op: Any, grads: Any, carry: Any = ()) -> tuple[Any, Any]:
         """`all_reduce` of ``grads`` of which this replica keeps only its block of each split
-        leaf (``lax.psum_scatter``; `zero.reduce_gradients`); the other leaves whole."""
+        leaf (``lax.psum_scatter``; `zero.reduce_gradients`), the other leaves whole; and
+        ``carry`` summed in the same all-reduce as those."""
         op = ReduceOp.resolve(reduce_op)
-        summed, _ = zero.reduce_gradients(grads, ())
-        if op is ReduceOp.SUM:
-            return summed
-        return jax.tree.map(lambda g: g / self.num_replicas_in_sync, summed)
+        summed, carried = zero.reduce_gradients(grads, carry)
+        if op is not ReduceOp.SUM:
+            summed = jax.tree.map(lambda g: g / self.num_replicas_in_sync, summed)
+        return summed, carried
 
     def _split_flags(self, tree: Any) -> Any:
         """True for each leaf of full-shape ``tree`` that is split over the replicas."""

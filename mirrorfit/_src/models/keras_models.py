@@ -13,7 +13,7 @@ that ``mf.load_model`` rebuilds it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -88,6 +88,13 @@ class ModelLayers:
         raise TypeError("model.layers needs a model of mirrorfit.layers or an mf.Sequential list;"
                         f" use the Flax module's own attributes. Received: module of type "
                         f"{type(self.module).__name__}")
+
+    def _sublayers(self) -> Iterator[Any]:
+        """`layers` and the layers below them (a subclass's attributes'); none for a plain
+        Flax module (whose submodules are no Keras layers), where `layers` refuses."""
+        if (self.module is self or is_layers_model(self.module)
+                or isinstance(self.module, KerasSequential)):
+            yield from super()._sublayers()  # type: ignore[misc]
 
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
         """The layer called ``name`` (its param-tree key), or at ``index`` of `layers`.

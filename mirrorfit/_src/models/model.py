@@ -33,7 +33,7 @@ from mirrorfit._src.models.object_model import ObjectModel, in_object_context
 from mirrorfit._src.models.weights import ModelVariables
 from mirrorfit._src.modules import input_spec, mixed_precision
 from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
-from mirrorfit._src.modules.objects import ObjectAdapter
+from mirrorfit._src.modules.objects import ObjectAdapter, variable_trees
 from mirrorfit._src.trainers import accumulation, keras_steps
 from mirrorfit._src.trainers.keras_steps import hook_form
 from mirrorfit._src.trainers.model_hooks import ModelHooks
@@ -42,6 +42,12 @@ from mirrorfit._src.trainers.state import TrainState, create_state, require_stat
 from mirrorfit._src.trainers.steps import make_predict_step
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
+
+NO_CALL = (
+    "{name} defines no call(self, inputs): model(x), predict() and evaluate()'s default "
+    "test_step run the forward pass. Define call(self, inputs, training=False), or call the "
+    "models it holds (e.g. model.generator.predict(z)); fit trains it through its own "
+    "train_step. Received: a {name} without call")
 
 
 class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables,
@@ -106,8 +112,10 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
         Layer.__init__(self, name=name, **kwargs)
         self.seed = model_checks.checked_seed(seed)
         self.dtype_policy = mixed_precision.get(dtype_policy)
-        if module is None and inputs is None and type(self).call is not Layer.call:
-            module, sample = self, None  # a Keras-style subclass
+        if module is None and inputs is None and type(self) is not Model:
+            # A Keras-style subclass; one without ``call`` holds models and optimizers only
+            # (a GAN), as Keras allows: it trains through its own train_step.
+            module, sample = self, None
             adapter = mixed_precision.with_policy(
                 ObjectAdapter(self, functools.partial(Layer.__call__, self), self.seed),
                 self.dtype_policy)
@@ -219,6 +227,25 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
         return ModelLayers.layers.fget(self)  # type: ignore[attr-defined]
 
     @property
+    def has_call(self) -> bool:
+        """Whether the model has a forward pass: a Flax module, a graph, or a subclass's
+        ``call``. One without holds models and optimizers for its own ``train_step``."""
+        return not self.is_subclassed or type(self).call is not Model.call
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """The forward pass of a subclass, as ``keras.Model.call``: define
+        ``call(self, inputs, training=False)``.
+
+        A subclass without it holds models and optimizers for its own ``train_step`` (a
+        GAN), as Keras allows: ``fit`` trains it, and what needs a forward pass refuses.
+
+        Raises:
+            NotImplementedError: naming ``call``, for such a subclass (``model(x)``,
+                ``predict``, or ``evaluate`` without a ``test_step`` of its own).
+        """
+        raise NotImplementedError(NO_CALL.format(name=type(self).__name__))
+
+    @property
     def input_spec(self) -> Any:
         """Per-example input shapes and dtypes (``jax.ShapeDtypeStruct`` pytree), or ``None``."""
         return self._input_spec
@@ -245,6 +272,15 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
 
     def _build_from(self, x: Any) -> None:
         sample = input_spec.first_row(x)
+        if not self.has_call:  # its weights are those of the models it holds, built
+            self._input_spec = input_spec.spec_of(sample)
+            self._variable_axes = input_spec.variable_axes(None, self._input_spec)
+            params, model_state = jax.tree.map(jnp.copy, variable_trees(self))
+            self._state = self._strategy.replicate_arrays(create_state(
+                params, model_state, None, self.seed))._replace(
+                    opt_state=None if self._trainer.config is None
+                    else self._init_opt_state(params))
+            return
         init = self._adapter.init
         if getattr(self._adapter, "jit_init", True):
             init = jax.jit(init, out_shardings=self._strategy.replicated_sharding)

@@ -122,6 +122,13 @@ class ObjectModel:
         if state is None or self.__dict__.get("_mf_generation") == variables_lib.generation():
             return
         self.__dict__["_mf_generation"] = variables_lib.generation()
+        carried = self._carried_variables()
+        if carried and not all(_synced(self, v) for _, v in carried):
+            flat = traverse_util.flatten_dict(state.other_variables or {})
+            flat.update({path: self._carried_copy(v) for path, v in carried if path in flat})
+            state = state._replace(other_variables=traverse_util.unflatten_dict(flat))
+            self.state = state
+            _remember(self, carried)
         groups = ([((), tracking.walk(self))] if self.is_subclassed else
                   [((name,), tracking.walk(layer)) for name, layer in self._object_nodes()])
         for prefix, pairs in groups:
@@ -161,6 +168,13 @@ class ObjectModel:
         # Copies of the values written only: fit donates the state's buffers, which the
         # variables must not share. A model without variables (a plain Flax module) copies
         # nothing: ``fit`` calls this at its end, and each copy is one device op.
+        carried = self._carried_variables()
+        if carried:
+            flat = traverse_util.flatten_dict(state.other_variables or {})
+            for path, variable in carried:
+                if path in flat:
+                    variable._value = _copied(flat[path])
+            _remember(self, carried)
         if self.is_subclassed:
             pairs = variable_pairs(self, state.params, state.model_state)
             for (target, _), value in zip(pairs, _copied([value for _, value in pairs])):
@@ -172,6 +186,51 @@ class ObjectModel:
             params, non_trainable = _copied((state.params.get(name), rest.get(name)))
             flax_bridge.write_back(layer, params, non_trainable)
             _remember(self, tracking.walk(layer))
+
+    # -- the other variables fit's step carries --------------------------------------------
+    def _carried_variables(self) -> list[tuple[tuple[str, ...], Any]]:
+        """``(path, variable)`` of the variables ``fit`` 's step carries besides the
+        weights and metric trackers (`TrainState.other_variables`), in the order found."""
+        return list(self.__dict__.get("_mf_carried", {}).items())
+
+    def _carry(self, variables: list[Any]) -> None:
+        """Carries ``variables`` (found by the first trace of the model's own train_step:
+        `mirrorfit._src.trainers.object_step.discovering`) in the state's
+        ``other_variables``, keyed by their attribute path from the model (a GAN's
+        ``("d_optimizer", "slot", "0")``). Weights of the model the state lacks (built
+        inside the step) are left out, as before."""
+        state = require_state(self.state)
+        weights = {id(v) for _, v in tracking.walk(self)}
+        named = {id(v): path for name, child in tracking.attribute_children(self)
+                 for path, v in tracking.walk(child, (name,))}
+        carried = dict(self.__dict__.get("_mf_carried", {}))
+        taken = set(carried)
+        new = {}
+        for variable in variables:
+            if id(variable) in weights:
+                continue
+            path = named.get(id(variable)) or tuple(str(variable.path).split("/"))
+            while path in taken:
+                path = (*path[:-1], path[-1] + "_")
+            taken.add(path)
+            carried[path] = new[path] = variable
+        if not new:
+            return
+        flat = traverse_util.flatten_dict(state.other_variables or {})
+        flat.update({path: self._carried_copy(v) for path, v in new.items()})
+        self.__dict__["_mf_carried"] = carried
+        self.state = state._replace(other_variables=traverse_util.unflatten_dict(flat))
+        _remember(self, list(new.items()))
+
+    def _carried_copy(self, variable: Any) -> Any:
+        """A copy of ``variable`` 's value for the state: placed as it is when it lives on
+        this model's devices (an optimizer slot split under ``shard_optimizer_state``),
+        else mirrored."""
+        value = variable.value
+        if isinstance(value, jax.Array) and value.sharding.device_set == set(
+                self.strategy.devices):
+            return jnp.copy(value)
+        return self.strategy.replicate_arrays(value)
 
     # -- calls inside other objects' passes ----------------------------------------------
     def _object_call(self, args: tuple, kwargs: dict[str, Any]) -> Any:

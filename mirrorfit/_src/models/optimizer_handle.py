@@ -45,10 +45,14 @@ class OptimizerVariable(Variable):
         write: stores a new value (a ``jax.Array`` of the variable's dtype and shape).
     """
 
+    _mf_not_carried = True  # its value is the model's state: fit's step never carries it
+
     def __init__(self, name: str, read: Callable[[], Any], write: Callable[[jax.Array], None]):
         self._read = read
         self._write = write
-        super().__init__(read(), trainable=False, name=name)  # its own copy is not kept
+        value = jnp.asarray(read())  # traced inside fit's step: only its shape is kept
+        with jax.ensure_compile_time_eval():  # a placeholder; reads always call ``read``
+            super().__init__(np.zeros(value.shape, value.dtype), trainable=False, name=name)
         self._bound = True
 
     # Variable keeps its value in ``_value``; here that attribute reads and writes the state.
@@ -130,7 +134,10 @@ class OptimizerHandle:
     def learning_rate(self, value: Any) -> None:
         self._write_learning_rate(value)
 
-    def _read_learning_rate(self) -> float:
+    def _read_learning_rate(self) -> Any:
+        step = current_step()
+        if step is not None:  # inside fit's step: this step's (traced) optimizer state
+            return get_learning_rate(step.opt_state, _OWNER)
         if self._model.state is None:
             config = self._config_or_none()
             if config is not None and isinstance(config.get("learning_rate"), float):
@@ -156,6 +163,9 @@ class OptimizerHandle:
             "iterations", self._step, lambda value: self._model.assign_state(step=value))
 
     def _step(self) -> jax.Array:
+        step = current_step()
+        if step is not None:  # inside fit's step: the updates before this one (traced)
+            return step.iterations
         if self._model.state is None:
             raise ValueError(UNBUILT_MODEL)
         return self._model.state.step
@@ -184,12 +194,12 @@ class OptimizerHandle:
         grads, self.trainable_variables))`` in a tf.keras ``train_step``.
 
         Returns:
-            `iterations` (the step count before this update), as tf.keras.
+            `iterations` after this update (traced), as Keras.
         """
         step = _running_step("apply_gradients")
         pairs = list(grads_and_vars)
         step.apply([g for g, _ in pairs], [v for _, v in pairs])
-        return step.step
+        return step.iterations
 
     def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
                         trainable_variables: Sequence[Any]) -> tuple[list[Any], list[Any]]:

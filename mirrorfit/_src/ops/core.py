@@ -7,7 +7,8 @@ from mirrorfit._src.ops.wrapping import keras_op
 associative_scan = keras_op("associative_scan", "jax.lax.associative_scan",
                             "f, elems, reverse=False, axis=0")
 cast = keras_op("cast", "jax.numpy.asarray", "x, dtype")
-cond = keras_op("cond", "jax.lax.cond", "pred, true_fn, false_fn")
+# A branch may assign Variables inside a compiled step (`mirrorfit._src.variables.control_flow`).
+cond = keras_op("cond", "mirrorfit._src.variables.control_flow.cond", "pred, true_fn, false_fn")
 convert_to_numpy = keras_op("convert_to_numpy", "numpy.asarray", "x")
 convert_to_tensor = keras_op("convert_to_tensor", "jax.numpy.asarray", "x, dtype=None")
 dtype = keras_op("dtype", "jax.numpy.result_type", "x")

@@ -80,6 +80,17 @@ def per_replica_accumulators(opt_state: Any, fn: Callable[[Any], Any]) -> Any:
         if is_accumulation(node) else node, opt_state, is_leaf=is_accumulation)
 
 
+def has_replica_slots(opt_state: Any, params: Any) -> bool:
+    """Whether ``opt_state`` accumulates gradients in per-replica slots
+    (`per_replica_accumulators`: each leaf one axis more than its param), so an update
+    traces inside `local_gradients` and all-reduces once per applied update."""
+    found = []
+    per_replica_accumulators(opt_state, lambda acc: found.append(acc) or acc)
+    acc_leaves, param_leaves = jax.tree.leaves(found), jax.tree.leaves(params)
+    return bool(acc_leaves and param_leaves
+                and np.ndim(acc_leaves[0]) == np.ndim(param_leaves[0]) + 1)
+
+
 def accumulate_gradients(inner: optax.GradientTransformation, steps: int
                          ) -> optax.GradientTransformation:
     """Keras' ``gradient_accumulation_steps``: apply ``inner`` to the mean of every ``steps``

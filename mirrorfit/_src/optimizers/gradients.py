@@ -25,8 +25,8 @@ import jax
 import numpy as np
 import optax
 
-from mirrorfit._src.optimizers import blocks
 from mirrorfit._src.optimizers.sliceable import check_sliceable
+from mirrorfit._src.optimizers.update import apply_update, reduce_op_name
 from mirrorfit._src.variables import replica
 
 NOT_THE_STATE = (
@@ -36,8 +36,6 @@ NOT_THE_STATE = (
     "another replica count with mf.unsplit_optimizer_state first. Leaf {path} has the shape "
     "{shape}, neither the full shape {full} nor this replica's block of it. "
     "Received: opt_state leaf {path} of shape {shape}")
-
-_REDUCE_OPS = ("SUM", "MEAN")
 
 
 def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_state: Any,
@@ -80,33 +78,21 @@ def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_sta
         ...     grads = jax.grad(loss)(params)
         ...     return mf.apply_gradients(opt, grads, opt_state, params)
     """
+    reduce_op_name(reduce_op)
     context = replica.current()
-    if context is None:  # one replica, outside run: nothing to reduce
-        _check_reduce_op(reduce_op)
-    elif context.shard_optimizer_state:
-        return _apply_on_blocks(context, optimizer, grads, opt_state, params, reduce_op)
-    else:
-        grads = context.all_reduce(reduce_op, grads)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
+    if context is not None and context.shard_optimizer_state:
+        opt_state = _state_blocks(context, optimizer, opt_state, params)
+    applied = apply_update(optimizer, grads, opt_state, params, reduce_op=reduce_op)
+    return applied.params, applied.opt_state
 
 
-def _check_reduce_op(reduce_op: Any) -> None:
-    """Raises unless ``reduce_op`` is ``mf.ReduceOp.SUM``/``MEAN`` or its name (the replica
-    context's ``ReduceOp.resolve`` checks it inside ``run``)."""
-    name = getattr(reduce_op, "value", reduce_op)
-    if not (isinstance(name, str) and name.upper() in _REDUCE_OPS):
-        raise ValueError("reduce_op must be mf.ReduceOp.SUM or mf.ReduceOp.MEAN (or "
-                         f"'SUM'/'MEAN'). Received: reduce_op={reduce_op!r}")
+def _state_blocks(context: Any, optimizer: optax.GradientTransformation, opt_state: Any,
+                  params: Any) -> Any:
+    """``opt_state`` as this replica's blocks (a sharded optimizer state, in ``run``): each
+    leaf arrives whole (then it is cut here) or as this replica's block.
 
-
-def _apply_on_blocks(context: Any, optimizer: optax.GradientTransformation, grads: Any,
-                     opt_state: Any, params: Any, reduce_op: Any) -> tuple[Any, Any]:
-    """`apply_gradients` on this replica's blocks (a sharded optimizer state, in ``run``).
-
-    ``params`` and ``grads`` are full-shape; each leaf of ``opt_state`` arrives whole (then
-    it is cut here) or as this replica's block. Returns the mirrored new params and the new
-    state as blocks.
+    Raises:
+        ValueError: for an optimizer that cannot update blocks, or a leaf that is neither.
     """
     check_sliceable(optimizer)
     full = jax.eval_shape(optimizer.init, params)
@@ -128,8 +114,4 @@ def _apply_on_blocks(context: Any, optimizer: optax.GradientTransformation, grad
             raise ValueError(NOT_THE_STATE.format(path=jax.tree_util.keystr(path),
                                                   shape=shape, full=like.shape))
         state.append(leaf)
-    grad_blocks = context._reduce_scatter(reduce_op, grads)
-    own = context._blocks_of(params)
-    with blocks.block_update(context.axis_name, context._split_flags(params)):
-        updates, new_state = optimizer.update(grad_blocks, treedef.unflatten(state), own)
-    return context._gather_blocks(optax.apply_updates(own, updates), params), new_state
+    return treedef.unflatten(state)

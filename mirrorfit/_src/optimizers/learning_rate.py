@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
 NO_LEARNING_RATE = (
     "{name} needs an optimizer whose learning rate lives in its state: a mirrorfit optimizer "
@@ -39,7 +40,7 @@ def _is_lr_state(node: Any) -> bool:
     return isinstance(hyperparams, dict) and "learning_rate" in hyperparams
 
 
-def get_learning_rate(opt_state: Any, owner: str = "This callback") -> float:
+def get_learning_rate(opt_state: Any, owner: str = "This callback") -> Any:
     """The learning rate in ``opt_state`` (the first one, in a chain).
 
     Args:
@@ -47,7 +48,8 @@ def get_learning_rate(opt_state: Any, owner: str = "This callback") -> float:
         owner: who asks, named in the error (``"ReduceLROnPlateau"``).
 
     Returns:
-        The rate as a Python float.
+        The rate as a Python float; inside a trace (a train step's own state), the traced
+        float32 ``[]`` rate.
 
     Raises:
         ValueError: naming ``owner``, if ``opt_state`` has no ``hyperparams["learning_rate"]``
@@ -56,7 +58,8 @@ def get_learning_rate(opt_state: Any, owner: str = "This callback") -> float:
     found = [n for n in jax.tree.leaves(opt_state, is_leaf=_is_lr_state) if _is_lr_state(n)]
     if not found:
         raise ValueError(NO_LEARNING_RATE.format(name=owner, state=type(opt_state).__name__))
-    return float(np.asarray(found[0].hyperparams["learning_rate"]))
+    rate = found[0].hyperparams["learning_rate"]
+    return rate if isinstance(rate, Tracer) else float(np.asarray(rate))
 
 
 def set_learning_rate(opt_state: Any, value: float, owner: str = "This callback") -> Any:

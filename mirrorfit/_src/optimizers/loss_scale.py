@@ -29,6 +29,7 @@ from jax import lax
 
 from mirrorfit._src.optimizers import blocks
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
+from mirrorfit._src.optimizers.update import all_finite
 from mirrorfit._src.utils.checks import positive_int
 
 MIN_LOSS_SCALE = 1.0
@@ -42,12 +43,6 @@ class LossScaleState(NamedTuple):
     dynamic_scale: jax.Array  # float32 [], the factor the loss is multiplied by
     step_counter: jax.Array  # int32 [], finite steps since the scale last changed
     inner_state: Any  # the inner optimizer's state
-
-
-def all_finite(tree: Any) -> jax.Array:
-    """bool ``[]``: whether every element of every leaf of ``tree`` is finite."""
-    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
 def _finite_update(inner: optax.GradientTransformationExtraArgs, growth_steps: int, grads: Any,

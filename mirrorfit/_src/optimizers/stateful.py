@@ -35,7 +35,7 @@ import numpy as np
 import optax
 from jax.core import Tracer
 
-from mirrorfit._src.optimizers import blocks
+from mirrorfit._src.optimizers.update import apply_update
 from mirrorfit._src.variables import replica, stateless_scope
 from mirrorfit._src.variables.lifting import stored_value
 from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -220,17 +220,11 @@ class StatefulOptimizer:
             if not slots.built:
                 self.build(variables)
         aligned = _aligned(list(grads), variables, slots.trainable)
-        context = replica.current()
-        sharded = _sharded(context)
-        if sharded and not self._updates_blocks:
+        if _sharded(replica.current()) and not self._updates_blocks:
             raise ValueError(NOT_ELEMENTWISE.format(name=type(self).__name__))
-        if not sharded and context is not None and context.num_replicas_in_sync > 1:
-            aligned = context.all_reduce(context.gradient_reduce_op, aligned)
         inputs = (aligned, [v.value for v in slots.trainable], [v.value for v in slots.state],
                   self.iterations.value)
-        if sharded:
-            new_values, new_state, iterations = self._block_step(context, *inputs)
-        elif stateless_scope.in_stateless_scope() or any(
+        if stateless_scope.in_stateless_scope() or any(
                 isinstance(x, Tracer) for x in jax.tree.leaves(inputs)):
             new_values, new_state, iterations = self._step(*inputs)
         else:  # eager: one compiled update (a compiled step traces the update inline)
@@ -249,47 +243,39 @@ class StatefulOptimizer:
 
     def _step(self, grads: list[Any], values: list[Any], state: list[Any], iterations: Any
               ) -> tuple[list[Any], list[Any], Any]:
-        """One pure update: ``(new values, new state leaves, iterations + 1)``."""
-        new_values, new_state = self._update(grads, values, state)
-        return self._constrained(new_values), new_state, iterations + 1
+        """One pure update (`mirrorfit._src.optimizers.update.apply_update`, which reduces the
+        gradients across the replicas of the current context): ``(new values, new state
+        leaves, iterations + 1)``.
 
-    def _update(self, grads: list[Any], values: list[Any], state: list[Any]
-                ) -> tuple[list[Any], list[Any]]:
-        """``update`` + ``optax.apply_updates``: ``(new values, new state leaves)``."""
-        tx = cast(optax.GradientTransformationExtraArgs, self)
-        slots = self._slots()
-        params = _params(slots.trainable, values)
-        updates, new_state = tx.update(_params(slots.trainable, grads),
-                                       jax.tree.unflatten(slots.treedef, state), params)
-        new_params = cast(list[dict[str, Any]], optax.apply_updates(params, updates))
-        return [next(iter(p.values())) for p in new_params], jax.tree.leaves(new_state)
-
-    def _constrained(self, values: list[Any]) -> list[Any]:
-        return [v.constraint(x) if v.constraint is not None else x
-                for v, x in zip(self._slots().trainable, values)]
-
-    def _block_step(self, context: Any, grads: list[Any], values: list[Any], state: list[Any],
-                    iterations: Any) -> tuple[list[Any], list[Any], Any]:
-        """`_step` on this replica's blocks (a sharded optimizer state, inside ``run``).
-
-        ``grads`` are this replica's, full shapes; ``values`` the mirrored params; ``state``
-        leaves arrive as blocks where they are placed split (built in ``run``), whole where
-        mirrored (built outside; or the abstract trace in which ``run`` finds the variables):
-        cut here, gathered back after. Returns the new mirrored
-        params, the new state leaves as they arrived, and ``iterations + 1``.
+        Under a sharded optimizer state (inside ``run``), ``state`` leaves arrive as blocks
+        where they are placed split (built in ``run``), whole where mirrored (built outside;
+        or the abstract trace in which ``run`` finds the variables): cut here, gathered back
+        after, so they return as they arrived.
         """
-        arrived_split = [np.shape(x) != np.shape(stored_value(v))
-                         for x, v in zip(state, self._slots().state)]
-        whole_state = [context._blocks_of(x) if not split else x
-                       for x, split in zip(state, arrived_split)]
-        grad_blocks = context._reduce_scatter(context.gradient_reduce_op, grads)
-        with blocks.block_update(context.axis_name, context._split_flags(values)):
-            new_blocks, new_state = self._update(grad_blocks, context._blocks_of(values),
-                                                 whole_state)
-        new_values = context._gather_blocks(new_blocks, values)
-        new_state = [x if split else context._gather_blocks(x, old)
-                     for x, old, split in zip(new_state, state, arrived_split)]
-        return self._constrained(new_values), new_state, iterations + 1
+        slots = self._slots()
+        context = replica.current()
+        split, arrived_state = None, state
+        if _sharded(context):
+            split = [np.shape(x) != np.shape(stored_value(v))
+                     for x, v in zip(state, slots.state)]
+            state = [x if arrived else context._blocks_of(x) for x, arrived in zip(state, split)]
+        applied = apply_update(
+            cast(optax.GradientTransformation, self), _params(slots.trainable, grads),
+            jax.tree.unflatten(slots.treedef, state), _params(slots.trainable, values),
+            reduce_op=context.gradient_reduce_op if context is not None else "SUM",
+            constrain=self._constrained)
+        new_values = [next(iter(p.values())) for p in applied.params]
+        new_state = jax.tree.leaves(applied.opt_state)
+        if split is not None:
+            assert context is not None  # split only inside a sharded replica context
+            new_state = [x if arrived else context._gather_blocks(x, old)
+                         for x, old, arrived in zip(new_state, arrived_state, split)]
+        return new_values, new_state, iterations + 1
+
+    def _constrained(self, params: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The `_params` tree with each variable's ``constraint`` applied, as Keras."""
+        return [{path: v.constraint(x) if v.constraint is not None else x
+                 for path, x in p.items()} for v, p in zip(self._slots().trainable, params)]
 
     def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
                         trainable_variables: Sequence[Any]) -> tuple[list[Any], list[Any]]:

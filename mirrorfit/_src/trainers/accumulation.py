@@ -1,7 +1,7 @@
 """Gradient accumulation with one all-reduce per applied update, in ``fit``.
 
-With an optimizer made with ``gradient_accumulation_steps=k`` and the built-in train step
-(`mirrorfit._src.trainers.steps`), each replica accumulates its own gradients and the
+With an optimizer made with ``gradient_accumulation_steps=k`` (compile's, in any form of
+train step), each replica accumulates its own gradients and the
 gradients are all-reduced once per applied update rather than on each of the ``k``
 micro-steps (`mirrorfit._src.optimizers.options.local_gradients`). The accumulator is
 per-replica state: every ``accumulated_gradients`` leaf of the optimizer state gets a leading
@@ -15,9 +15,9 @@ params-shaped accumulator: a model with its own ``train_step``, a sharded optimi
 the slots are summed into one (`mirrorfit._src.optimizers.accumulation.resized_accumulators`),
 which gives the same update up to float32 rounding.
 
-Models with their own ``train_step``, custom loops and ``shard_optimizer_state=True``
-keep the accumulation after the per-step all-reduce (or reduce-scatter), with a
-params-shaped accumulator.
+Custom loops, other optimizer objects and ``shard_optimizer_state=True`` keep the
+accumulation after the per-step all-reduce (or reduce-scatter), with a params-shaped
+accumulator.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from mirrorfit._src.optimizers.accumulation import per_replica_accumulators
 from mirrorfit._src.optimizers.base import Optimizer
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.trainers.step_family import StepConfig
-from mirrorfit._src.trainers.steps import BUILTIN
 
 
 def accumulation_steps(optimizer: optax.GradientTransformation) -> int | None:
@@ -48,11 +47,12 @@ def accumulation_steps(optimizer: optax.GradientTransformation) -> int | None:
 
 
 def configured(config: StepConfig) -> StepConfig:
-    """``config`` flagged for per-replica accumulation when its built-in train step runs an
-    accumulating optimizer with a mirrored optimizer state (called by
-    `mirrorfit._src.trainers.sharded_state.configured` when the state is not split)."""
-    if (config.family is not BUILTIN or config.shard_optimizer_state
-            or accumulation_steps(config.optimizer) is None):
+    """``config`` flagged for per-replica accumulation when it runs an accumulating
+    optimizer with a mirrored optimizer state (called by
+    `mirrorfit._src.trainers.sharded_state.configured` when the state is not split): every
+    form of train step updates through `mirrorfit._src.optimizers.update.apply_update`,
+    which finds the per-replica slots in the state."""
+    if config.shard_optimizer_state or accumulation_steps(config.optimizer) is None:
         return config
     return config._replace(local_accumulation=True)
 

@@ -53,14 +53,14 @@ from mirrorfit._src.distribute.replica_context import (
     get_replica_context,
     replica_context,
 )
-from mirrorfit._src.distribute.run import compile_per_replica
+from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.jax_steps import run_jax_hook
 from mirrorfit._src.trainers.object_step import ObjectStep, current_step
 from mirrorfit._src.trainers.state import TrainState, step_rng
-from mirrorfit._src.trainers.step_family import StepConfig, update_batch
+from mirrorfit._src.trainers.step_family import StepConfig, non_finite_updates
 from mirrorfit._src.variables.autodiff import value_and_grad
 from mirrorfit._src.variables.variable import Variable
 
@@ -147,15 +147,14 @@ def unpack_x_y_sample_weight(data: Any) -> tuple[Any, Any, Any]:
 
 
 @contextlib.contextmanager
-def masked_context(mask: jax.Array) -> Iterator[None]:
+def masked_context(mask: jax.Array) -> Iterator[ReplicaContext]:
     """The replica context of a hooked step: the step's padding mask for the loss helpers
     and metric updates. An optimizer object's ``apply_gradients`` inside the step
     all-reduces with ``MEAN`` (its ``gradient_reduce_op``): a Keras-style step's loss is a
     per-replica mean, as ``model.optimizer.apply`` assumes."""
-    outer = get_replica_context()
-    with replica_context(ReplicaContext(outer.num_replicas_in_sync, mask, in_run=True,
-                                        gradient_reduce_op=ReduceOp.MEAN)):
-        yield
+    with replica_context(get_replica_context().derived(
+            mask=mask, in_run=True, gradient_reduce_op=ReduceOp.MEAN)) as context:
+        yield context
 
 
 # -- the trackers -----------------------------------------------------------------------
@@ -264,7 +263,7 @@ class KerasHooks:
                           tracker_source=lambda: tracker_variables(model))
         rng = step_rng(state, get_replica_context().replica_id_in_sync_group)
         name = "train_step" if training else "test_step"
-        with masked_context(batch.mask), step.running(rng):
+        with masked_context(batch.mask) as context, step.running(rng):
             data = pack_data(batch, weighted)
             if self._forms.get(kind) == JAX:
                 logs = run_jax_hook(model, step, data, training)
@@ -273,21 +272,22 @@ class KerasHooks:
             logs = _checked_logs(logs, name)
         self._log_order[kind] = list(logs)
         logs = lax.pmean(logs, BATCH_AXIS)  # one all-reduce for all of them
-        return step.new_state(), {"logs": logs, "trackers": step.tracker_values()}
+        stats = {"logs": logs, "trackers": step.tracker_values()}
+        if training and cfg.check_numerics:
+            stats[stats_lib.NON_FINITE] = non_finite_updates(context)
+        return step.new_state(), stats
 
-    def train_step(self, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
+    def train_step(self, cfg: StepConfig) -> Callable:
         """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``;
-        ``step`` grows by one. With ``skip_empty`` a batch with no real rows changes
-        nothing (`skip_filler`)."""
+        ``step`` grows by one."""
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
-            def update(carry):
-                state, statistics = carry
-                values = _split(statistics, tracker_variables(self._model))
-                new_state, stats = self._run(cfg, state, values, batch, "train")
-                new_state = new_state._replace(step=state.step + 1, rng=state.rng)
-                return new_state, stats_lib.flatten(stats)[0]
-
-            return update_batch(batch, update, (state, statistics), skip_empty=skip_empty)
+            values = _split(statistics, tracker_variables(self._model))
+            new_state, stats = self._run(cfg, state, values, batch, "train")
+            new_state = new_state._replace(step=state.step + 1, rng=state.rng)
+            if cfg.check_numerics:  # the epoch's count goes on (the rest is replaced)
+                stats[stats_lib.NON_FINITE] = stats[stats_lib.NON_FINITE] + statistics[
+                    stats_lib.flat_offset(stats, stats_lib.NON_FINITE)]
+            return new_state, stats_lib.flatten(stats)[0]
         return step
 
     def eval_step(self, cfg: StepConfig) -> Callable:
@@ -310,8 +310,9 @@ class KerasHooks:
                 values = [jnp.zeros(v.shape, jnp.float32) for v in trackers]
                 return self._run(cfg, state, values, batch, kind)[1]
             batch_specs = jax.tree.map(lambda _: P(BATCH_AXIS), batch)
-            mapped = compile_per_replica(self._model.strategy, per_replica,
-                                         (P(), batch_specs), P())
+            strategy = self._model.strategy  # the state as placed: split leaves as blocks
+            mapped = compile_per_replica(strategy, per_replica,
+                                         (specs_like(strategy, (state,))[0], batch_specs), P())
             return trackers, jax.eval_shape(mapped, state, batch)
 
         before, found = shapes()

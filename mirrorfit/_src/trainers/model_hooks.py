@@ -42,7 +42,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
@@ -52,10 +51,11 @@ from mirrorfit._src.distribute.replica_context import (
     compute_average_loss,
     get_replica_context,
 )
-from mirrorfit._src.distribute.run import compile_per_replica
+from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import loss_values
+from mirrorfit._src.optimizers.update import apply_update
 from mirrorfit._src.trainers import jax_steps, keras_steps
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.keras_steps import JAX, KERAS, PURE, hook_form, masked_context
@@ -65,7 +65,7 @@ from mirrorfit._src.trainers.step_family import (
     StepConfig,
     StepFamily,
     mean_non_param_collections,
-    update_batch,
+    non_finite_updates,
 )
 from mirrorfit._src.trainers.steps import BUILTIN
 from mirrorfit._src.variables.autodiff import value_and_grad
@@ -257,6 +257,8 @@ class HookedSteps(StepFamily):
         model: the `Model` whose hooks the steps call (traced, per replica).
     """
 
+    runs_objects = True
+
     def __init__(self, model: Any):
         self._model = model
         self._forms = {"train": hook_form(model, "train_step", ModelHooks),
@@ -264,30 +266,28 @@ class HookedSteps(StepFamily):
         self._keras = keras_steps.KerasHooks(model, self._forms)
 
     def _local(self, cfg: StepConfig, state: TrainState, batch: Batch, kind: str):
-        with masked_context(batch.mask):
-            return _local_step(self._model, cfg, state, batch, kind,
-                               self._forms[kind] == PURE)
+        with masked_context(batch.mask) as context:
+            new_state, stats = _local_step(self._model, cfg, state, batch, kind,
+                                           self._forms[kind] == PURE)
+        if kind == "train" and cfg.check_numerics:
+            stats[stats_lib.NON_FINITE] = non_finite_updates(context)
+        return new_state, stats
 
-    def train_step(self, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
+    def train_step(self, cfg: StepConfig) -> Callable:
         """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``.
 
         It runs the model's ``train_step`` (or the default update around its
         ``compute_loss``), sets ``step`` to ``state.step + 1`` and all-reduces the step's
-        statistics. With ``skip_empty``, a batch with no real rows runs none of it
-        (`skip_filler` over the state and the statistics).
+        statistics.
         """
         if self._forms["train"] in (KERAS, JAX):
-            return self._keras.train_step(cfg, skip_empty=skip_empty)
+            return self._keras.train_step(cfg)
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
-            def update(carry):
-                state, statistics = carry
-                new_state, stats = self._local(cfg, state, batch, "train")
-                assert new_state is not None  # a train step returns its new state
-                new_state = new_state._replace(step=state.step + 1, rng=state.rng)
-                return new_state, statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
-
-            return update_batch(batch, update, (state, statistics), skip_empty=skip_empty)
+            new_state, stats = self._local(cfg, state, batch, "train")
+            assert new_state is not None  # a train step returns its new state
+            new_state = new_state._replace(step=state.step + 1, rng=state.rng)
+            return new_state, statistics + lax.psum(stats_lib.flatten(stats)[0], BATCH_AXIS)
         return step
 
     def eval_step(self, cfg: StepConfig) -> Callable:
@@ -311,7 +311,9 @@ class HookedSteps(StepFamily):
         def per_replica(state, batch):
             return self._local(cfg, state, batch, kind)[1]
         batch_specs = jax.tree.map(lambda _: P(BATCH_AXIS), batch)
-        mapped = compile_per_replica(self._model.strategy, per_replica, (P(), batch_specs), P())
+        strategy = self._model.strategy  # the state as placed: split leaves as blocks
+        mapped = compile_per_replica(strategy, per_replica,
+                                     (specs_like(strategy, (state,))[0], batch_specs), P())
         return jax.eval_shape(mapped, state, batch)
 
     def initial_statistics(self, cfg: StepConfig, layout: stats_lib.StatsLayout,
@@ -350,7 +352,7 @@ def _local_step(model, cfg, state: TrainState, batch: Batch, kind: str, custom: 
     if custom:
         return None, _logs_statistics(model.test_step(state, batch), count)
     new_state, loss, y_pred = _forward_step(model, state, batch, kind == "train")
-    # Never a filler (no real rows, a 0/0 loss): `skip_filler` runs no step on one.
+    # Never a filler (no real rows, a 0/0 loss): `multi_train_step` runs none.
     share = loss * lax.psum(count, BATCH_AXIS) / get_replica_context().num_replicas_in_sync
     return new_state, stats_lib.compiled_statistics(
         cfg, batch.y, y_pred, jnp.zeros_like(batch.sample_weight), batch, share)
@@ -418,15 +420,11 @@ def _forward(model, params, state: TrainState, batch: Batch, training: bool):
 
 def _update(model, state: TrainState, batch: Batch):
     """Forward, `compute_loss`, gradient ``pmean`` and one optax update: the default step."""
-    context = get_replica_context()
     (loss, (y_pred, model_state)), grads = jax.value_and_grad(
         lambda params: _forward(model, params, state, batch, True), has_aux=True)(state.params)
-    grads = context.all_reduce(ReduceOp.MEAN, grads) if jax.tree.leaves(grads) else grads
     config = model.trainer.config
-    updates, opt_state = config.optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    new_state = state._replace(params=params if config.constrain is None
-                               else config.constrain(params),
-                               model_state=mean_non_param_collections(model_state),
-                               opt_state=opt_state)
+    applied = apply_update(config.optimizer, grads, state.opt_state, state.params,
+                           reduce_op=ReduceOp.MEAN, constrain=config.constrain)
+    new_state = state._replace(params=applied.params, opt_state=applied.opt_state,
+                               model_state=mean_non_param_collections(model_state))
     return new_state, loss, y_pred

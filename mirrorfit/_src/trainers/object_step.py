@@ -27,13 +27,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import traverse_util
 
 from mirrorfit._src.distribute.replica_context import get_replica_context
 from mirrorfit._src.distribute.run import aggregate
-from mirrorfit._src.distribute.values import ReduceOp
 from mirrorfit._src.modules.objects import NON_TRAINABLE
+from mirrorfit._src.optimizers.update import apply_update
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.variables import call_context, tracking
 from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -97,11 +98,37 @@ class StepScope(StatelessScope):
     Only valid inside a per-replica function over the mesh's ``"batch"`` axis.
     """
 
+    def get_current_value(self, variable: Any) -> Any:
+        found = super().get_current_value(variable)
+        if found is None and self._touched is not None and not getattr(
+                variable, "_mf_not_carried", False):
+            # `discovering`: a variable not carried yet is read as a host constant, which
+            # mixes with the per-replica trace as its carried value will (a placed array's
+            # sharding would not, inside ``shard_map``).
+            return np.asarray(variable._value)
+        return found
+
     def add_update(self, variable: Any, value: Any) -> None:
         if variable.aggregation != "none":
             old = self.get_current_value(variable)
             value = aggregate(variable, variable.value if old is None else old, value)
         super().add_update(variable, value)
+
+
+@contextlib.contextmanager
+def discovering() -> Iterator[list[Variable]]:
+    """Within the block, a traced `ObjectStep` lists the variables it reads or assigns but
+    does not carry (in the yielded list, each once) instead of refusing them: the first,
+    shape-only trace of a model's own ``train_step`` (`Trainer.symbolic_build`) finds the
+    variables ``fit`` must carry in `TrainState.other_variables`, as Keras' symbolic build
+    finds what to build."""
+    previous = getattr(_LOCAL, "found", None)
+    found: list[Variable] = []
+    _LOCAL.found = found
+    try:
+        yield found
+    finally:
+        _LOCAL.found = previous
 
 
 def current_step() -> ObjectStep | None:
@@ -132,11 +159,18 @@ class ObjectStep:
         self.trackers = list(trackers)
         self.opt_state: Any = state.opt_state  # the optax state, updated by `apply`
         self.step = state.step
+        # model.optimizer.iterations inside the step: updates made before this one
+        # (`step`), one more after `apply`, as Keras' counter.
+        self.iterations = state.step
         self._state = state
         self._optimizer = optimizer
+        flat_others = traverse_util.flatten_dict(state.other_variables or {})
+        self.others = [(path, v) for path, v in model._carried_variables()
+                       if path in flat_others]
         self._mapping = [(r.variable, _leaf(getattr(state, r.field), r.key)) for r in self.refs]
         self._mapping += [(v, jnp.asarray(value, v.dtype))
                           for v, value in zip(self.trackers, tracker_values)]
+        self._mapping += [(v, flat_others[path]) for path, v in self.others]
         self._scope: StepScope | None = None
 
     @contextlib.contextmanager
@@ -145,7 +179,9 @@ class ObjectStep:
         this one; the model's forward-pass losses are cleared before and after."""
         stack = _LOCAL.__dict__.setdefault("steps", [])
         self.model._clear_losses()
-        with StepScope(self._mapping) as scope, call_context.call_context(rng=rng):
+        discovering_now = getattr(_LOCAL, "found", None) is not None
+        with StepScope(self._mapping, record_reads=discovering_now) as scope, \
+                call_context.call_context(rng=rng):
             self._scope = scope
             stack.append(self)
             try:
@@ -156,21 +192,26 @@ class ObjectStep:
         self._check_carried(scope)
 
     def _check_carried(self, scope: StepScope) -> None:
-        """Refuses assignments the step would lose: to variables that are neither the
-        model's nor a tracker's (an optimizer object's state, a variable of an object
-        that is no attribute of the model)."""
+        """Lists, while `discovering`, the variables the step reads or assigns that it does
+        not carry (neither the model's, a tracker's nor `others`); otherwise refuses
+        assignments to such variables, whose new values would be lost."""
         carried = {id(r.variable) for r in self.refs} | {id(v) for v in self.trackers}
         carried |= {id(v) for v in self.tracker_source()}  # built by this trace
+        carried |= {id(v) for _, v in self.others}
+        found = getattr(_LOCAL, "found", None)
+        if found is not None:  # the scope recorded every variable read or assigned
+            found.extend(v for v in scope.touched if id(v) not in carried
+                         and not getattr(v, "_mf_not_carried", False)
+                         and all(v is not f for f in found))
+            return
         lost = [getattr(v, "path", "?") for v, _ in scope.updates if id(v) not in carried]
         if lost:
             raise ValueError(
                 "The step assigned variables that fit does not carry from step to step, so "
-                "their new values would be lost (the state of an optimizer object other "
-                "than model.optimizer, e.g. a GAN's d_optimizer, or variables of an object "
-                "the model does not hold). Update the weights with self.optimizer.apply "
-                "(compile's optimizer), keep metrics as attributes of the model, or, for "
-                "several optimizers, write mirrorfit's pure train_step(self, state, batch) "
-                f"with mf.apply_gradients. Received: assignments to {lost[:5]}")
+                "their new values would be lost: variables of an object the model does not "
+                "hold as an attribute, or created after fit's first trace. Hold the object "
+                "(an optimizer, a metric) as an attribute of the model, created before "
+                f"fit. Received: assignments to {lost[:5]}")
 
     def value(self, variable: Variable) -> Any:
         """``variable`` 's current value in this step."""
@@ -186,7 +227,9 @@ class ObjectStep:
         return self._state._replace(
             params=_with_leaves(self._state.params, leaves["params"]),
             model_state=_with_leaves(self._state.model_state, leaves["model_state"]),
-            opt_state=self.opt_state)
+            opt_state=self.opt_state,
+            other_variables=_with_leaves(self._state.other_variables,
+                                         {path: self.value(v) for path, v in self.others}))
 
     def tracker_values(self) -> list[Any]:
         """The trackers' values after the hook (float32, in `trackers` order)."""
@@ -197,10 +240,12 @@ class ObjectStep:
         """One update of ``variables`` (default: the model's trainable variables) with
         ``grads``, as ``optimizer.apply`` inside a Keras 3 ``train_step``.
 
-        The gradients are all-reduced with ``MEAN`` (each replica's is of its per-replica
-        mean loss: their mean is the global batch's gradient), then the compiled optax
-        update runs on all the model's params at once: a param not in ``variables`` gets a
-        zero gradient and keeps its value. Then each variable's ``constraint``, as Keras.
+        The one optimizer update (`mirrorfit._src.optimizers.update.apply_update`) on all
+        the model's params at once, with the step context's reduction (``MEAN``: each
+        replica's gradient is of its per-replica mean loss), sharded state, accumulation,
+        loss scaling and non-finite check: a param not in ``variables`` gets a zero gradient
+        and keeps its value (unless the optimizer decays it). Then each variable's
+        ``constraint``, as Keras.
 
         Raises:
             ValueError: outside a train step, for a variable that is not a trainable
@@ -228,21 +273,28 @@ class ObjectStep:
             raise ValueError("Every gradient must be an array: a None gradient means the loss "
                              "does not depend on that variable; leave it out of the variables "
                              f"passed. Received: None gradients for {missing[:3]}")
-        grads = get_replica_context().all_reduce(ReduceOp.MEAN, grads)
         given = {by_id[id(v)].key: jnp.asarray(g, v.dtype) for g, v in zip(grads, variables)}
         # ``.value``: inside `stateless_apply`, its scope's values come first.
         current = {key: ref.variable.value for key, ref in params.items()}
-        tree = traverse_util.unflatten_dict(current)
         grad_tree = traverse_util.unflatten_dict(
             {key: given.get(key, jnp.zeros_like(value)) for key, value in current.items()})
-        updates, self.opt_state = self._optimizer.update(grad_tree, self.opt_state, tree)
-        new = traverse_util.flatten_dict(optax.apply_updates(tree, updates))
+        applied = apply_update(self._optimizer, grad_tree, self.opt_state,
+                               traverse_util.unflatten_dict(current),
+                               reduce_op=get_replica_context().gradient_reduce_op,
+                               constrain=self._constrain)
+        self.opt_state = applied.opt_state
+        self.iterations = self.iterations + 1
+        new = traverse_util.flatten_dict(applied.params)
         for key in given:
-            variable = params[key].variable
-            value = new[key]
-            if variable.constraint is not None:
-                value = variable.constraint(value)
-            variable.assign(value)
+            params[key].variable.assign(new[key])
+
+    def _constrain(self, params: Any) -> Any:
+        """``params`` (the model's, nested) with each variable's ``constraint`` applied."""
+        flat = traverse_util.flatten_dict(params)
+        for ref in self.refs:
+            if ref.field == "params" and ref.variable.constraint is not None:
+                flat[ref.key] = ref.variable.constraint(flat[ref.key])
+        return traverse_util.unflatten_dict(flat)
 
     def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
                         trainable_variables: Sequence[Any]) -> tuple[list[Any], list[Any]]:

@@ -1,8 +1,8 @@
 """What ``fit`` does differently when the strategy shards the optimizer state (ZeRO-1/2).
 
 With ``MirroredStrategy(shard_optimizer_state=True)``: `configured` checks at ``compile``
-that the model's steps and optimizer can update blocks of the params, and flags the step
-config (`mirrorfit._src.trainers.steps`); `state_out_specs` keeps the train step's new
+that the optimizer can update blocks of the params, and flags the step config (its state
+is created split); `state_out_specs` keeps the train step's new
 optimizer state split as its input was; `finalized` mirrors the EMA that ends ``fit``
 (the EMA lives in the optimizer state, so it is split too). With the option off each is
 what ``fit`` did before: the config as it is (flagged for per-replica gradient
@@ -24,27 +24,21 @@ from mirrorfit._src.optimizers.sliceable import check_sliceable
 from mirrorfit._src.trainers import accumulation
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.step_family import StepConfig
-from mirrorfit._src.trainers.steps import BUILTIN
-
-OWN_STEPS = (
-    "shard_optimizer_state=True works with the built-in train step of compile's loss: this "
-    "model defines its own train_step (or compute_loss), whose update the strategy cannot "
-    "split. Use MirroredStrategy(shard_optimizer_state=False) for it. Received: a model "
-    "whose steps are {family}")
 
 
 def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
     """``config`` flagged for a sharded optimizer state when ``strategy`` shards it, else
     for per-replica gradient accumulators when it accumulates (`accumulation.configured`).
 
+    Every step updates through the one optimizer update
+    (`mirrorfit._src.optimizers.update.apply_update`), which reduce-scatters onto blocks
+    for a model's own ``train_step`` as for the built-in one.
+
     Raises:
-        ValueError: if the steps are a model's own (``train_step`` overridden) or the
-            optimizer cannot update blocks (`check_sliceable`).
+        ValueError: if the optimizer cannot update blocks (`check_sliceable`).
     """
     if not strategy.shard_optimizer_state:
         return accumulation.configured(config)
-    if config.family is not BUILTIN:
-        raise ValueError(OWN_STEPS.format(family=type(config.family).__name__))
     check_sliceable(config.optimizer)
     return config._replace(shard_optimizer_state=True)
 

@@ -14,13 +14,19 @@ import numpy as np
 
 
 class TrainState(NamedTuple):
-    """Params, non-param collections, optimizer state, step counter and RNG key."""
+    """Params, non-param collections, optimizer state, step counter, RNG key, and the other
+    variables a model's own ``train_step`` updates."""
 
     params: Any  # pytree of float arrays, the Flax "params" collection, shapes per layer
     model_state: Any  # pytree: other collections (e.g. BatchNorm batch_stats), {} when none
     opt_state: Any  # optax state for ``params``
     step: jax.Array  # int32 [], train steps taken (with loss scaling, skipped ones count)
     rng: jax.Array  # uint32 [2], base PRNG key; each step folds in step and replica id
+    # Values of the other `Variable` s the model's own train_step reads or assigns, nested
+    # by their attribute path: the state of optimizer objects other than compile's (a GAN's
+    # ``d_optimizer``: ``{"d_optimizer": {"iteration": int32 [], "slot": {"0": ...}}}``);
+    # None for every other model. Found by the first trace (`Trainer.symbolic_build`).
+    other_variables: Any = None
 
 
 def create_state(params: Any, model_state: Any, opt_state: Any, seed: int) -> TrainState:

@@ -24,6 +24,7 @@ kind (`_decode`), and warns of what they counted once per ``fit`` (or per ``comp
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,6 +43,7 @@ from mirrorfit._src.callbacks.callback import (
 from mirrorfit._src.callbacks.progbar import ProgbarLogger
 from mirrorfit._src.distribute.batch import Batch, place_batches
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
+from mirrorfit._src.distribute.replica_context import get_replica_context, replica_context
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.trainers import resident, shape_cache, sharded_state
@@ -75,12 +77,14 @@ class StepLoops:
         self.prefetch = True
         # Per step kind ("train", "eval"): the statistics layout and its zero vector. The two
         # differ only for a model that overrides train_step or test_step.
-        self._layouts: dict[str, tuple[stats_lib.StatsLayout, np.ndarray]] = {}
+        # (layout, zeros, whether the train steps count non-finite updates).
+        self._layouts: dict[str, tuple[stats_lib.StatsLayout, np.ndarray, bool]] = {}
         # Per step kind: the newest first statistics, on the host and mirrored. Every epoch
         # (and evaluate) of a built-in step starts from the same zeros: placed once.
         self._initial: dict[str, tuple[np.ndarray, jax.Array]] = {}
         self._warned: set[str] = set()
-        self._train_step: Callable | None = None
+        # The train step per check_numerics flag (`train_step_for`), built on first use.
+        self._train_steps: dict[bool, Callable] = {}
         self._eval_step: Callable | None = None
         self._predict_step = resident.accepting_indices(predict_step)
         # A PerShapeStep per step and argument structure (with or without sample weights).
@@ -96,10 +100,23 @@ class StepLoops:
         self._warned = set()
         self._compiled = {key: fn for key, fn in self._compiled.items()
                           if key[0] is self._predict_step}
-        self._train_step = resident.accepting_indices(
-            config.family.multi_train_step(config) if steps_per_execution > 1
-            else config.family.train_step(config))
+        self._train_steps = {}
         self._eval_step = resident.accepting_indices(config.family.eval_step(config))
+
+    def train_step_for(self, check_numerics: bool = False) -> Callable:
+        """The train step (one, or ``steps_per_execution`` fused), built once per flag:
+        with ``check_numerics`` (``fit`` with `mirrorfit.callbacks.TerminateOnNaN`) every
+        optimizer update in it skips non-finite gradients and reports them in the
+        statistics (the step's replica context carries the flag: `checking`)."""
+        assert self.config is not None  # set by configure (compile)
+        if check_numerics not in self._train_steps:
+            config = self.config._replace(check_numerics=check_numerics)
+            family = config.family
+            step = (family.multi_train_step(config) if self.steps_per_execution > 1
+                    else family.train_step(config))
+            self._train_steps[check_numerics] = resident.accepting_indices(
+                checking(step, check_numerics))
+        return self._train_steps[check_numerics]
 
     def callback_list(self, model, callbacks: Sequence[Callback] | None, *, verbose: int,
                       steps: int | None, epochs: int = 1, history: History | None = None,
@@ -126,18 +143,22 @@ class StepLoops:
 
     # -- statistics -----------------------------------------------------------------------
 
-    def _fresh_statistics(self, state, batch: Batch, kind: str = "train"):
-        """The first statistics (float32 vector, mirrored) of ``kind`` steps on such batches."""
+    def _fresh_statistics(self, state, batch: Batch, kind: str = "train",
+                          check_numerics: bool = False):
+        """The first statistics (float32 vector, mirrored) of ``kind`` steps on such batches
+        (train steps with ``check_numerics`` count non-finite updates too)."""
         assert self.config is not None  # set by configure (compile)
-        if kind not in self._layouts:
+        config = self.config._replace(check_numerics=check_numerics and kind == "train")
+        if kind not in self._layouts or self._layouts[kind][2] != config.check_numerics:
             sample = resident.batch_shapes(batch)  # a resident batch: its gathered shapes
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), sample)
             layout = stats_lib.StatsLayout.from_shapes(
-                self.config.family.statistics_shapes(self.config, state, sample, kind))
-            self._layouts[kind] = (layout, np.zeros(layout.size, np.float32))
-        host = self.config.family.initial_statistics(self.config, self._layouts[kind][0], kind)
+                config.family.statistics_shapes(config, state, sample, kind))
+            self._layouts[kind] = (layout, np.zeros(layout.size, np.float32),
+                                   config.check_numerics)
+        host = config.family.initial_statistics(config, self._layouts[kind][0], kind)
         placed = self._initial.get(kind)
         if placed is None or placed[0].tobytes() != host.tobytes():  # no step donates them
             placed = self._initial[kind] = host, self.strategy.replicate_arrays(host)
@@ -164,19 +185,21 @@ class StepLoops:
         function that returns them, called only to compile."""
         key = (step, jax.tree.structure(example_args))
         if key not in self._compiled:  # compiles once per input shape (shape_cache)
-            kind = {id(self._train_step): "train", id(self._eval_step): "eval"}.get(id(step))
+            kinds = {id(self._eval_step): "eval",
+                     **{id(fn): "train" for fn in self._train_steps.values()}}
+            kind = kinds.get(id(step))
             self._compiled[key] = shape_cache.PerShapeStep(compile_per_replica(
                 self.strategy, step, specs_like(self.strategy, example_args),
                 out_specs() if callable(out_specs) else out_specs,
                 donate_argnums=donate_argnums), kind or "predict", lambda: self._warned)
         return self._compiled[key]
 
-    def _compiled_train_step(self, state, statistics, batch) -> Callable:
+    def _compiled_train_step(self, state, statistics, batch, check_numerics: bool = False
+                             ) -> Callable:
         """The train step for such arguments: the state donated, and returned placed as it
         came (its out specs, a walk over every state leaf, are computed only to compile)."""
-        assert self._train_step is not None  # set by configure (compile)
         return self._compiled_step(
-            self._train_step, (state, statistics, batch),
+            self.train_step_for(check_numerics), (state, statistics, batch),
             lambda: (sharded_state.state_out_specs(self.strategy, state), P()), donate_argnums=0)
 
     # -- loops ----------------------------------------------------------------------------
@@ -265,6 +288,21 @@ class StepLoops:
         if mask is not masks[0] or jax.process_count() > 1:
             masks[:] = mask, self.strategy.fetch(mask)
         return jax.tree.map(lambda a: a[masks[1]], self.strategy.fetch(y_pred))
+
+
+def checking(step: Callable, check_numerics: bool) -> Callable:
+    """``step`` (a per-replica train step) traced in a replica context with
+    ``check_numerics`` set, which every optimizer update in it reads
+    (`mirrorfit._src.optimizers.update.apply_update`); ``step`` itself when unset."""
+    if not check_numerics:
+        return step
+
+    @functools.wraps(step)
+    def checked(*args):
+        with replica_context(get_replica_context().derived(check_numerics=True)):
+            return step(*args)
+
+    return checked
 
 
 def _first(batches, data: DataAdapter) -> Batch:

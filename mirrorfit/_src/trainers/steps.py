@@ -28,16 +28,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax import lax
 
-from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import share_of_sum
-from mirrorfit._src.optimizers import accumulation, blocks
-from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, all_finite, at_floor
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, at_floor
+from mirrorfit._src.optimizers.update import apply_reduced, reduce_gradients
 from mirrorfit._src.trainers import input_checks
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.state import TrainState, step_rng
@@ -45,7 +43,6 @@ from mirrorfit._src.trainers.step_family import (
     StepConfig,
     StepFamily,
     mean_non_param_collections,
-    skip_filler,
 )
 
 
@@ -59,7 +56,7 @@ def _compiled_loss(cfg: StepConfig) -> Callable[[Any, Any], jax.Array]:
 class BuiltinSteps(StepFamily):
     """The steps of the loss and metrics given to ``compile`` (`BUILTIN`)."""
 
-    def train_step(self, cfg: StepConfig, *, skip_empty: bool = False) -> Callable:
+    def train_step(self, cfg: StepConfig) -> Callable:
         """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``.
 
         The gradient is ``psum_r(grad sum_i w_i l_i) / psum_r(n_r)`` over replicas ``r``
@@ -67,10 +64,10 @@ class BuiltinSteps(StepFamily):
         exactly as on one device with the whole batch (under an output mask, ``l_i`` sums
         row ``i``'s unmasked element losses and ``n_r`` counts those elements in real rows:
         Keras' masked mean, global over replicas). Gradients, counts and metric
-        statistics travel in one all-reduce. With ``skip_empty``, a batch with no real rows
-        (filler at the end of a ``steps_per_execution`` group) leaves the state unchanged
-        (`skip_filler`). Values the module sows into ``"losses"`` are added once
-        (`share_of_sum`).
+        statistics travel in one all-reduce (`reduce_gradients`; the update is
+        `apply_reduced`: together `mirrorfit._src.optimizers.update.apply_update`, the one
+        update every form of step runs). Values the module sows into ``"losses"`` are added
+        once (`share_of_sum`).
 
         With a `LossScaleOptimizer`, the differentiated sum is multiplied by the loss scale
         over the global batch size (so the scale means what it means in Keras, which scales
@@ -104,96 +101,50 @@ class BuiltinSteps(StepFamily):
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
-            rng = step_rng(state, lax.axis_index(BATCH_AXIS))
-            # Keras scales the mean loss over the global batch (its rows, padding included).
-            global_rows = batch.mask.shape[0] * lax.axis_size(BATCH_AXIS)
-
-            def objective(params):
-                y_pred, model_state, losses, out_mask = cfg.adapter.apply_with_mask(
-                    params, state.model_state, batch.x, train=True, rng=rng
-                )
-                per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y,
-                                                               y_pred, out_mask, batch.mask)
-                extra = share_of_sum(losses, stats_lib.loss_counts(batch, counts))
-                total = stats_lib.masked_sum(per_example, stats_lib.example_weights(batch))
-                if extra is not None:
-                    total = total + extra
-                if scaler is not None:
-                    total = scaler.scale_loss(total * (1.0 / global_rows), state.opt_state)
-                return total, (y_pred, per_example, counts, out_mask, model_state, extra)
-
             local_grads, (y_pred, per_example, counts, out_mask, model_state, extra) = jax.grad(
-                objective, has_aux=True)(state.params)
+                _objective(cfg, state, batch, scaler), has_aux=True)(state.params)
             local_stats = stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, extra,
                 None if counts is None else stats_lib.loss_counts(batch, counts), out_mask)
-            if scaler is not None or cfg.check_numerics:
-                local_stats[stats_lib.NON_FINITE] = 1.0 - all_finite(local_grads).astype(
-                    jnp.float32)
+            check = scaler is not None or cfg.check_numerics
+            if check:  # set below from the update's flag; here for the layout
+                local_stats[stats_lib.NON_FINITE] = jnp.zeros((), jnp.float32)
             stats, unflatten = stats_lib.flatten(local_stats)
-            if cfg.shard_optimizer_state:
-                grad_sum, stats = zero.reduce_gradients(local_grads, stats)
-            elif cfg.local_accumulation:  # the gradients' all-reduce runs in the update
-                grad_sum, stats = local_grads, lax.psum(stats, BATCH_AXIS)
-            else:
-                grad_sum, stats = lax.psum((local_grads, stats), BATCH_AXIS)  # the all-reduce
-            count = unflatten(stats)["loss"]["count"]
+            # Keras scales the mean loss over the global batch (its rows, padding included).
+            global_rows = batch.mask.shape[0] * lax.axis_size(BATCH_AXIS)
+            # Gradients, counts and statistics in one collective; a multiply by the inverse
+            # count, which XLA fuses into each consumer (the moment updates).
+            reduced = reduce_gradients(
+                cfg.optimizer, local_grads, state.opt_state, state.params, carry=stats,
+                rescale=lambda s: (1.0 if scaler is None else global_rows) / jnp.maximum(
+                    unflatten(s)["loss"]["count"], 1.0))
+            stats = reduced.carried
             model_state = mean_non_param_collections(model_state)
 
             def update(state: TrainState) -> TrainState:
-                # A multiply, not a divide: XLA duplicates it into each consumer (the moment
-                # updates), where a divide would be one more kernel per gradient leaf.
-                scale = (1.0 if scaler is None else global_rows) / jnp.maximum(count, 1.0)
-                grads = jax.tree.map(lambda g: g * scale, grad_sum)
-                update_fn = cfg.optimizer.update if scaler is None else scaler.handle_finite_grads
-                if cfg.shard_optimizer_state:
-                    own = zero.blocks_of(state.params)
-                    with blocks.block_update(BATCH_AXIS, zero.split_flags(state.params)):
-                        updates, opt_state = update_fn(grads, state.opt_state, own)
-                    params = zero.gather_blocks(optax.apply_updates(own, updates), state.params)
-                elif cfg.local_accumulation:  # ``grads``: this replica's share of the mean
-                    with accumulation.local_gradients(BATCH_AXIS):
-                        updates, opt_state = update_fn(grads, state.opt_state, state.params)
-                    params = optax.apply_updates(state.params, updates)
-                else:
-                    updates, opt_state = update_fn(grads, state.opt_state, state.params)
-                    params = optax.apply_updates(state.params, updates)
-                return TrainState(
-                    params=params if cfg.constrain is None else cfg.constrain(params),
-                    model_state=model_state,
-                    opt_state=opt_state,
-                    step=state.step + 1,
-                    rng=state.rng,
-                )
+                applied = apply_reduced(cfg.optimizer, reduced, state.opt_state, state.params,
+                                        constrain=cfg.constrain)
+                finite = applied.finite
+                kept = model_state if finite is None else jax.tree.map(
+                    lambda new, old: jnp.where(finite, new, old), model_state,
+                    state.model_state)  # a skipped step changes no statistic either
+                return state._replace(params=applied.params, model_state=kept,
+                                      opt_state=applied.opt_state, step=state.step + 1)
 
-            def skip(state: TrainState) -> TrainState:  # a non-finite gradient on some replica
-                assert scaler is not None  # only taken with a LossScaleOptimizer
-                return state._replace(opt_state=scaler.handle_non_finite_grads(state.opt_state),
-                                      step=state.step + 1)
-
-            def update_if_finite(state: TrainState) -> TrainState:
-                if scaler is None and cfg.check_numerics:
-                    # Non-finite now or earlier in the epoch: keep the state as it was.
-                    seen = statistics[stats_lib.flat_offset(local_stats, stats_lib.NON_FINITE)]
-                    finite = seen + unflatten(stats)[stats_lib.NON_FINITE] == 0
-                    return lax.cond(finite, update,
-                                    lambda state: state._replace(step=state.step + 1), state)
-                if scaler is None:
-                    return update(state)
-                return lax.cond(unflatten(stats)[stats_lib.NON_FINITE] == 0, update, skip, state)
-
-            # ``count`` and the finite flags are all-reduced: every replica takes one branch.
-            new_state = (skip_filler(count, update_if_finite, state) if skip_empty
-                         else update_if_finite(state))
+            body = update
+            if check and scaler is None:  # TerminateOnNaN: no update after a non-finite one
+                seen = statistics[stats_lib.flat_offset(local_stats, stats_lib.NON_FINITE)]
+                body = lambda state: lax.cond(
+                    seen == 0, update, lambda state: state._replace(step=state.step + 1), state)
+            new_state = body(state)
             statistics = statistics + stats
-            if scaler is not None:  # the newest scale, not a sum
+            if check:
                 statistics = statistics.at[stats_lib.flat_offset(
-                    local_stats, stats_lib.LOSS_SCALE)].set(new_state.opt_state.dynamic_scale)
-                skipped_at_floor = jnp.logical_and(unflatten(stats)[stats_lib.NON_FINITE] > 0,
-                                                   at_floor(state.opt_state))
-                statistics = statistics.at[stats_lib.flat_offset(
-                    local_stats, stats_lib.SKIPPED_AT_FLOOR)].add(
-                        skipped_at_floor.astype(jnp.float32))
+                    local_stats, stats_lib.NON_FINITE)].add(
+                        1.0 - jnp.asarray(reduced.finite, jnp.float32))
+            if scaler is not None:
+                statistics = _loss_scale_statistics(statistics, local_stats, state, new_state,
+                                                    reduced.finite)
             return new_state, statistics
 
         return step
@@ -238,6 +189,40 @@ class BuiltinSteps(StepFamily):
         """`compiled_results`: the compiled loss and metrics, for train and eval alike."""
         del kind
         return stats_lib.compiled_results(cfg, stats)
+
+
+def _objective(cfg: StepConfig, state: TrainState, batch: Batch,
+               scaler: LossScaleOptimizer | None) -> Callable:
+    """``params -> (this replica's weighted loss sum, aux)``: what the built-in train step
+    differentiates (scaled as Keras scales its mean loss under loss scaling)."""
+    rng = step_rng(state, lax.axis_index(BATCH_AXIS))
+    global_rows = batch.mask.shape[0] * lax.axis_size(BATCH_AXIS)
+
+    def objective(params):
+        y_pred, model_state, losses, out_mask = cfg.adapter.apply_with_mask(
+            params, state.model_state, batch.x, train=True, rng=rng)
+        per_example, counts = input_checks.masked_loss(_compiled_loss(cfg), batch.y, y_pred,
+                                                       out_mask, batch.mask)
+        extra = share_of_sum(losses, stats_lib.loss_counts(batch, counts))
+        total = stats_lib.masked_sum(per_example, stats_lib.example_weights(batch))
+        if extra is not None:
+            total = total + extra
+        if scaler is not None:
+            total = scaler.scale_loss(total * (1.0 / global_rows), state.opt_state)
+        return total, (y_pred, per_example, counts, out_mask, model_state, extra)
+
+    return objective
+
+
+def _loss_scale_statistics(statistics: jax.Array, local_stats: dict, state: TrainState,
+                           new_state: TrainState, finite: Any) -> jax.Array:
+    """``statistics`` with the newest loss scale (not a sum) and, for a step skipped with
+    the scale already at its floor, one more `stats_lib.SKIPPED_AT_FLOOR`."""
+    statistics = statistics.at[stats_lib.flat_offset(local_stats, stats_lib.LOSS_SCALE)].set(
+        new_state.opt_state.dynamic_scale)
+    skipped_at_floor = jnp.logical_and(jnp.logical_not(finite), at_floor(state.opt_state))
+    return statistics.at[stats_lib.flat_offset(local_stats, stats_lib.SKIPPED_AT_FLOOR)].add(
+        skipped_at_floor.astype(jnp.float32))
 
 
 BUILTIN = BuiltinSteps()

@@ -31,7 +31,13 @@ from mirrorfit._src.callbacks.contract import Progress, ResumePoint, StepCost, T
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute.mesh import DeviceMesh, InFlight
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.trainers import fingerprint, numerics, sharded_state, step_cost
+from mirrorfit._src.trainers import (
+    fingerprint,
+    numerics,
+    object_step,
+    sharded_state,
+    step_cost,
+)
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
 from mirrorfit._src.trainers.step_loops import StepLoops
 from mirrorfit._src.utils.checks import MirrorfitWarning
@@ -67,6 +73,7 @@ class Trainer(StepLoops, TrainingLoop):
         # The model train_fn last trained, and `step_cost.shapes_of` its statistics and batch.
         self._train_call: tuple[Any, Any] | None = None
         self._resume_point: ResumePoint | None = None
+        self.check_numerics = False  # this fit's steps check gradients (TerminateOnNaN)
 
     def resume_from(self, point: ResumePoint) -> None:
         """Makes the running ``fit`` start at ``point``; call it in ``on_train_begin``."""
@@ -142,19 +149,25 @@ class Trainer(StepLoops, TrainingLoop):
         callback_list = self.callback_list(model, callbacks, verbose=verbose, steps=train.steps,
                                            epochs=epochs, history=history,
                                            batch_size=train.batch_size)
-        if self.config is not None:  # TerminateOnNaN: check gradients inside the step
-            checked = numerics.wants_check_numerics(callback_list, self.config)
-            if self.config.check_numerics != checked:
-                self.configure(self.config._replace(check_numerics=checked),
-                               self.steps_per_execution)
+        # TerminateOnNaN: this fit's steps check their updates' gradients (a step flag).
+        self.check_numerics = (self.config is not None
+                               and numerics.wants_check_numerics(callback_list, self.config))
         model.stop_training = False
         model.history = history
         self._warned = set()
         self.train_data, self._resume_point = train, None
         upcoming = None  # in-memory arrays: the next epoch's `_epoch_start`, read ahead
         try:
+            if self.config is not None and self.config.family.runs_objects:
+                # Before on_train_begin: a restore there needs the whole state.
+                upcoming = self._epoch_start(train, initial_epoch)
+                if upcoming[1] is not None:
+                    self.symbolic_build(model, upcoming[1])
             callback_list.on_train_begin()
             resume, self._resume_point = self._resume_point, None
+            if resume is not None and upcoming is not None:  # read for another position
+                upcoming[0].close()
+                upcoming = None
             first = initial_epoch if resume is None else resume.epoch
             logs: dict[str, float] = {}
             for epoch in range(first, epochs):
@@ -201,8 +214,10 @@ class Trainer(StepLoops, TrainingLoop):
         ``ahead()`` returned (``None`` without it, or once training stops)."""
         group = self.steps_per_execution
         step = 0 if resume is None else resume.step
-        statistics = self._fresh_statistics(model.state, batch)
-        train_fn = self.train_fn = self._compiled_train_step(model.state, statistics, batch)
+        statistics = self._fresh_statistics(model.state, batch,
+                                            check_numerics=self.check_numerics)
+        train_fn = self.train_fn = self._compiled_train_step(model.state, statistics, batch,
+                                                             self.check_numerics)
         self._train_call = model, step_cost.shapes_of((statistics, batch))
         if resume is not None and resume.restore_statistics is not None:
             statistics = self.strategy.replicate_arrays(
@@ -216,7 +231,7 @@ class Trainer(StepLoops, TrainingLoop):
             step += group
             done = step if data.steps is None else min(step, data.steps)
             self.progress = Progress(epoch, done, batch is None, statistics)
-            check = self.config is not None and self.config.check_numerics
+            check = self.check_numerics
             logged = self.strategy.fetch(statistics) if check else statistics  # one host read
             if check and numerics.non_finite_seen(self._layouts["train"][0], logged):
                 chief_print(numerics.stop_message(epoch, done, group))
@@ -232,6 +247,16 @@ class Trainer(StepLoops, TrainingLoop):
         done = step if data.steps is None else min(step, data.steps)
         return self._decode(statistics), done, upcoming
 
+    def symbolic_build(self, model, batch) -> None:
+        """Traces one train step on ``batch`` 's shapes (the statistics' layout) and makes the
+        model carry every other variable its own ``train_step`` reads or assigns (another
+        optimizer's state, built by that trace: `TrainState.other_variables`), as Keras'
+        symbolic build creates what the step will update before it runs."""
+        with object_step.discovering() as found:
+            self._fresh_statistics(model.state, batch, check_numerics=self.check_numerics)
+        if found:
+            model._carry(found)
+
     def train_on_batch(self, model, data: DataAdapter) -> dict[str, float]:
         """One train step on the one batch of ``data`` (``Model.train_on_batch``); its logs.
 
@@ -240,6 +265,9 @@ class Trainer(StepLoops, TrainingLoop):
         group = self.steps_per_execution
         batch = next(place_batches(data.batches(0, group=group), self.strategy,
                                    stacked=group > 1))
+        if self.config is not None and self.config.family.runs_objects:
+            self.symbolic_build(model, batch)
+        self.check_numerics = False
         statistics = self._fresh_statistics(model.state, batch)
         train_fn = self._compiled_train_step(model.state, statistics, batch)
         model.state, statistics = train_fn(model.state, statistics, batch)

@@ -57,6 +57,8 @@ class TrainingAPI:
     # Written by compile (``None`` from Model.__init__), read by Sequential.add:
     _compile_config: dict[str, Any] | None
     _mf_loss_tracker: Any  # written by compile: Keras' loss tracker (`ModelHooks.metrics`)
+    has_call: bool  # whether the model has a forward pass (`Model.has_call`)
+    call: Callable[..., Any]  # the forward pass; raises for a model without one
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, *,
@@ -317,9 +319,12 @@ class TrainingAPI:
             ValueError: for an invalid argument (named), or inputs that do not match the
                 built model.
             TypeError: for an argument of the wrong type.
+            NotImplementedError: for a model without ``call`` (`Model.call`).
         """
         verbose = verbosity(verbose)
         resident.check_setting(device_resident)
+        if not (self.has_call or overridden(self, "predict_step")):
+            self.call(x)  # raises its error, which names call
         data = self._adapter_for(x, batch_size=batch_size, steps=steps, with_targets=False)
         resident.choose(device_resident, [data], self._strategy, automatic=False)
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
