@@ -62,19 +62,28 @@ class ProgbarLogger(Callback):
             self._bar = None
 
     def on_train_begin(self, logs=None):
+        """Notes that ``fit`` runs: its validation draws no bar of its own."""
         self._in_fit = True
 
     def on_train_end(self, logs=None):
+        """Notes that ``fit`` has ended."""
         self._in_fit = False
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Opens the epoch's bar (``verbose=1``)."""
         self._epoch_start = time.monotonic()
         self._open(self.params.get("steps"), f"Epoch {epoch + 1}/{self.params.get('epochs')}")
 
     def on_train_batch_end(self, batch, logs=None):
+        """Advances the bar, showing the logs at its refresh rate (reading them only
+        then).
+        """
         self._advance(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Closes the bar with the epoch's logs, or prints the epoch's line
+        (``verbose=2``).
+        """
         self._close(logs)
         if self.verbose == 2 and jax.process_index() == 0:
             seconds = time.monotonic() - self._epoch_start
@@ -82,22 +91,28 @@ class ProgbarLogger(Callback):
                   f"{_format(logs or {})}", file=self.file or sys.stdout, flush=True)
 
     def on_test_begin(self, logs=None):
+        """Opens the bar of ``evaluate`` (not of ``fit``'s validation)."""
         if not self._in_fit:
             self._open(self.params.get("steps"), "Evaluate")
 
     def on_test_batch_end(self, batch, logs=None):
+        """Advances the bar of ``evaluate``."""
         if not self._in_fit:
             self._advance(batch, logs)
 
     def on_test_end(self, logs=None):
+        """Closes the bar of ``evaluate`` with its results."""
         if not self._in_fit:
             self._close(logs)
 
     def on_predict_begin(self, logs=None):
+        """Opens the bar of ``predict``."""
         self._open(self.params.get("steps"), "Predict")
 
     def on_predict_batch_end(self, batch, logs=None):
+        """Advances the bar of ``predict``."""
         self._advance(batch, None)
 
     def on_predict_end(self, logs=None):
+        """Closes the bar of ``predict``."""
         self._close(None)
