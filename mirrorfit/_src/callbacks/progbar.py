@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 
 import jax
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning
 
 from mirrorfit._src.callbacks.callback import Callback, format_value
+
+with warnings.catch_warnings():
+    # In a notebook without ipywidgets, tqdm.auto falls back to its text bar and warns at
+    # import time, which would print on every `import mirrorfit` (bar or not) with the path
+    # of the user's site-packages.
+    warnings.simplefilter("ignore", TqdmWarning)
+    from tqdm.auto import tqdm
 
 
 def _format(logs: Mapping[str, float]) -> str:
