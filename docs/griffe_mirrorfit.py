@@ -24,8 +24,6 @@ import re
 import griffe
 
 _EXAMPLE_HEADING = re.compile(r"^Example:[ \t]*$", re.MULTILINE)
-_PUBLIC_MODULES = ("", "callbacks", "layers", "losses", "metrics", "mixed_precision", "ops",
-                   "optimizers", "random", "regularizers", "saving", "utils")
 
 
 class MirrorfitDocstrings(griffe.Extension):
@@ -53,9 +51,11 @@ class MirrorfitDocstrings(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
         if pkg.name != "mirrorfit":
             return
-        public = {member.target_path
-                  for name in _PUBLIC_MODULES
-                  for member in (pkg[name] if name else pkg).members.values() if member.is_alias}
+        # The public modules: mirrorfit and the modules its __all__ names.
+        modules = [pkg, *(member for name, member in pkg.members.items()
+                          if name in (pkg.exports or ()) and isinstance(member, griffe.Module))]
+        public = {member.target_path for module in modules
+                  for member in module.members.values() if member.is_alias}
         for cls in _classes(pkg["_src"]):
             if cls.path in public:
                 _adopt_private_bases(cls, public)

@@ -1,31 +1,35 @@
-"""The API reference documents every public name.
+"""The API reference documents every public name and every public method.
 
-``docs/api/`` has one page per public module, and each renders its module with mkdocstrings
-(``::: mirrorfit.<module>``), which documents the names in the module's ``__all__``. These
-tests load mirrorfit with griffe as mkdocstrings does (the search paths, the griffe extension
-and the docstring options of ``mkdocs.yml``) and check that every name in every public
-module's ``__all__`` is there, public and documented, on a page in the site's navigation: a
-new public name without a docstring, or a new public module without a page, fails here.
-``mkdocs build --strict`` (in ``.ci/run``) checks the rest: links, snippets and references.
+``docs/api/`` has pages by topic, as keras.io's and optax's references: each renders objects
+with mkdocstrings, one ``::: mirrorfit.layers.Dense`` line per object (or a whole module, or a
+method such as ``::: mirrorfit.Model.fit`` shown on another topic's page than its class).
+These tests load mirrorfit with griffe as mkdocstrings does (``tests/api_reference.py``) and
+check that every name in every public module's ``__all__`` is on a page in the site's
+navigation, public and documented, once; and that every public method of a class shown is
+shown too, under its class or on its own. A new public name without a page or a docstring
+fails here. ``mkdocs build --strict`` (in ``.ci/run``) checks the rest: links, snippets and
+references.
 """
 
+import collections
 import inspect
-import re
 import types
-from pathlib import Path
 
 import flax.linen as nn
 import griffe
 import pytest
-import yaml
 
 import mirrorfit as mf
+from tests.api_reference import (
+    CONFIG,
+    directives,
+    load_package,
+    lookup,
+    public_methods,
+    rendered,
+    target,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG = yaml.safe_load((REPO / "mkdocs.yml").read_text())
-PYTHON = next(plugin["mkdocstrings"] for plugin in CONFIG["plugins"]
-              if isinstance(plugin, dict) and "mkdocstrings" in plugin)["handlers"]["python"]
-OPTIONS = PYTHON["options"]
 PUBLIC_MODULES = ["mirrorfit"] + sorted(
     f"mirrorfit.{name}" for name in mf.__all__ if isinstance(getattr(mf, name), types.ModuleType))
 
@@ -37,26 +41,18 @@ def _nav_pages(nav) -> set[str]:
     return set().union(*(_nav_pages(item) for item in items))
 
 
-def _api_pages() -> dict[str, str]:
-    """Module path -> the page under docs/ that renders it (``::: module`` on a line)."""
-    pages = {}
-    for page in sorted((REPO / "docs" / "api").glob("*.md")):
-        for module in re.findall(r"^::: (\S+)\s*$", page.read_text(), re.MULTILINE):
-            pages[module] = page.relative_to(REPO / "docs").as_posix()
-    return pages
+@pytest.fixture(scope="module")
+def package() -> griffe.Module:
+    return load_package()
 
 
 @pytest.fixture(scope="module")
-def package() -> griffe.Module:
-    extensions = griffe.load_extensions(*(str(REPO / ext) for ext in OPTIONS["extensions"]))
-    return griffe.load("mirrorfit", search_paths=[str(REPO / p) for p in PYTHON["paths"]],
-                       extensions=extensions, docstring_parser="google",
-                       docstring_options=OPTIONS["docstring_options"], resolve_aliases=True)
+def shown(package):
+    return rendered(package)
 
 
 def _member(package: griffe.Module, module: str, name: str) -> griffe.Object | griffe.Alias:
-    parent = package if module == "mirrorfit" else package[module.removeprefix("mirrorfit.")]
-    return parent.members[name]
+    return lookup(package, module).members[name]
 
 
 def test_public_modules_found():
@@ -67,11 +63,45 @@ def test_public_modules_found():
                 PUBLIC_MODULES)
 
 
+def test_api_pages_are_in_nav():
+    pages = {page for page, _, _ in directives()}
+    assert len(pages) >= 30, "the reference is organised by topic, not one page per module"
+    missing = sorted(pages - _nav_pages(CONFIG["nav"]))
+    assert not missing, f"pages of docs/api/ not in mkdocs.yml nav: {missing}"
+
+
 @pytest.mark.parametrize("module", PUBLIC_MODULES)
-def test_public_module_has_api_page_in_nav(module):
-    pages = _api_pages()
-    assert module in pages, f"no page in docs/api/ renders {module} with '::: {module}'"
-    assert pages[module] in _nav_pages(CONFIG["nav"]), f"{pages[module]} is not in mkdocs.yml nav"
+def test_every_public_name_is_on_a_page(package, shown, module):
+    objects, _ = shown
+    on_pages = {path for _, path in objects}
+    names = __import__(module, fromlist=["__all__"]).__all__
+    missing = [name for name in names if f"mirrorfit.{name}" not in PUBLIC_MODULES
+               and target(_member(package, module, name)).path not in on_pages]
+    assert not missing, (
+        f"{module}.__all__ names on no page of docs/api/ (add '::: {module}.<name>' to the "
+        f"page of their topic): {missing}")
+
+
+def test_no_name_is_shown_twice(shown):
+    objects, _ = shown
+    pages = collections.defaultdict(list)
+    for page, path in objects:
+        pages[path].append(page)
+    twice = {path: where for path, where in pages.items() if len(where) > 1}
+    assert not twice, f"objects with two entries in the reference: {twice}"
+
+
+def test_every_public_method_of_a_shown_class_is_shown(package, shown):
+    objects, members = shown
+    hidden = []
+    for path in sorted({path for _, path in objects}):
+        cls = lookup(package, path)
+        if isinstance(cls, griffe.Class):
+            hidden += [f"{path}.{name}" for name in public_methods(cls)
+                       if (path, name) not in members]
+    assert not hidden, (
+        f"public methods that no page shows (give each a docstring, or a '::: ' line on the "
+        f"page of their topic if the class's entry filters them out): {hidden}")
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES)
@@ -80,10 +110,11 @@ def test_every_public_name_is_documented(package, module):
     undocumented = []
     for name in names:
         if module == "mirrorfit" and f"mirrorfit.{name}" in PUBLIC_MODULES:
-            continue  # a public module has its own page (test above)
+            continue  # a public module has its own pages (test above)
         member = _member(package, module, name)
-        target = member.final_target if member.is_alias else member
-        if not member.is_public or not (target.docstring and target.docstring.value.strip()):
+        documented = target(member)
+        if not member.is_public or not (
+                documented.docstring and documented.docstring.value.strip()):
             undocumented.append(name)
     assert not undocumented, (
         f"{module}.__all__ names that the API reference would leave out (give each a "

@@ -1,4 +1,11 @@
-"""Every ``>>>`` example in mirrorfit's docstrings runs, and its shown output matches.
+"""Every public method has a docstring, and every ``>>>`` example in mirrorfit's docstrings
+runs, its shown output matching.
+
+A public method (or property) of a class in a public module's ``__all__`` without a
+docstring would be left out of the API reference: mkdocstrings hides it. The check reads
+the classes as the reference does (griffe, ``tests/api_reference.py``): a class's own
+methods and those it takes from private bases (``Model``'s ``fit``), not those of a public
+base, which has its own entry, nor those of Flax's ``nn.Module``.
 
 The examples run as ``doctest`` would, in a fresh temporary directory, with the names a
 reader of the docs has at hand: ``mf``, ``nn``, ``jnp``, ``np``, ``jax``, ``optax``, the
@@ -10,8 +17,10 @@ small compiled ``model`` (4 features, 3 class probabilities) with training data 
 import doctest
 import importlib
 import pkgutil
+import types
 
 import flax.linen as nn
+import griffe
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +28,26 @@ import optax
 import pytest
 
 import mirrorfit as mf
+from tests.api_reference import load_package, lookup, public_methods
+
+
+def test_every_public_method_has_a_docstring():
+    package = load_package()
+    modules = ["mirrorfit"] + [f"mirrorfit.{name}" for name in mf.__all__
+                               if isinstance(getattr(mf, name), types.ModuleType)]
+    classes = {}
+    for module in modules:
+        for name in importlib.import_module(module).__all__:
+            obj = lookup(package, f"{module}.{name}")
+            if isinstance(obj, griffe.Class):
+                classes.setdefault(obj.path, f"{module}.{name}")
+    assert len(classes) >= 200  # the walk itself must find the classes
+    missing = sorted(
+        f"{public}.{name} ({method.relative_filepath}:{method.lineno})"
+        for path, public in classes.items()
+        for name, method in public_methods(lookup(package, path)).items()
+        if not (method.docstring and method.docstring.value.strip()))
+    assert not missing, "public methods without a docstring:\n" + "\n".join(missing)
 
 
 def _examples() -> list[doctest.DocTest]:

@@ -1,4 +1,5 @@
-"""The README's and the porting guide's Keras object-model examples run as written.
+"""The getting-started page's and the porting guide's Keras object-model examples run as
+written.
 
 Each test runs the ```python blocks of one section of a page, in order, in one namespace
 holding what the text assumes: ``mf``, ``np``, ``jnp``, ``jax``, ``strategy`` (a
@@ -44,9 +45,9 @@ def _run_blocks(section: str) -> dict:
     return namespace
 
 
-def test_readme_porting_example_trains_a_subclassed_model_with_the_gradient_line():
-    names = _run_blocks(_section("README.md", "<!-- --8<-- [start:porting] -->",
-                                 "<!-- --8<-- [end:porting] -->"))
+def test_getting_started_porting_example_trains_a_subclassed_model_with_the_gradient_line():
+    names = _run_blocks(_section("docs/getting-started.md", "## Porting a tf.keras model",
+                                 "\n## "))
     model = names["model"]
     assert names["strategy"].num_replicas_in_sync == 8
     assert type(model).train_step is not mf.Model.train_step  # its own step trained it

@@ -1,7 +1,9 @@
 """Executes the notebooks in notebooks/ headless (nbclient) and fails if a cell errors.
 
-The notebooks are committed with their outputs (executed top to bottom, no errors); the
-test checks that, then runs them again.
+The notebooks are committed with their outputs (executed top to bottom, no errors), as the
+site and the repository page show them: the fast test checks those stored outputs read
+clean (no stderr, no absolute path, no page-long logs, the plot shown, contents headings
+that render whole); the slow tests run the notebooks again.
 
 Each notebook runs in a fresh ``python3`` kernel without this process's
 ``XLA_FLAGS``, so it must set up its 8 simulated CPU devices itself.
@@ -9,15 +11,18 @@ Each notebook runs in a fresh ``python3`` kernel without this process's
 
 import os
 import pathlib
+import re
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-pytestmark = pytest.mark.slow  # Each notebook runs in its own kernel process.
-
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
+# A path of this machine: a POSIX home, system or temporary folder, site-packages, a drive.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:home|root|Users|usr|opt|tmp|var|work)/|site-packages|"
+                           r"\b[A-Z]:\\")
+MAX_OUTPUT_LINES = 40  # per cell: a summary table fits, a log of every epoch does not
 
 
 def _cell_text(cell: nbformat.NotebookNode) -> str:
@@ -49,6 +54,33 @@ def _execute(name: str) -> list[nbformat.NotebookNode]:
     return [cell for cell in nb.cells if cell.cell_type == "code"]
 
 
+@pytest.mark.parametrize("name", sorted(path.name for path in NOTEBOOKS.glob("*.ipynb")))
+def test_stored_outputs_read_clean(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    stderr = [cell.source.splitlines()[0] for cell in code for output in cell.outputs
+              if output.output_type == "stream" and output.name == "stderr"]
+    assert not stderr, f"cells with stderr output (a warning a reader should not see): {stderr}"
+    found = ABSOLUTE_PATH.search(nbformat.writes(nb))
+    assert not found, f"an absolute path of this machine: ...{found.string[found.start() - 80:][:160]}"
+    long = [cell.source.splitlines()[0] for cell in code
+            if _cell_text(cell).count("\n") > MAX_OUTPUT_LINES]
+    assert not long, f"cells printing more than {MAX_OUTPUT_LINES} lines (trim the log): {long}"
+    # mkdocs-jupyter drops inline code from the page's contents ("subclassed ()").
+    headings = [line for cell in nb.cells if cell.cell_type == "markdown"
+                for line in cell.source.splitlines() if line.startswith("## ") and "`" in line]
+    assert not headings, f"contents headings with inline code: {headings}"
+
+
+def test_quickstart_shows_its_plot():
+    code = [cell for cell in nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4).cells
+            if cell.cell_type == "code"]
+    assert any(
+        "image/png" in output.get("data", {}) for cell in code for output in cell.outputs
+    ), "the history plot was not shown"
+
+
+@pytest.mark.slow  # each notebook runs in its own kernel process
 def test_quickstart_notebook_runs_on_8_simulated_devices():
     code = _execute("quickstart.ipynb")
     assert "mf.utils.simulate_cpu_devices(8)" in code[0].source
@@ -64,11 +96,9 @@ def test_quickstart_notebook_runs_on_8_simulated_devices():
     assert "Subclassed model test accuracy" in outputs
     assert 'Model: "digits_classifier"' in outputs and "linear (Linear)" in outputs
     assert "digits_classifier/linear/kernel (64, 128) on 8 devices" in outputs
-    assert any(
-        "image/png" in output.get("data", {}) for cell in code for output in cell.outputs
-    ), "the history plot was not shown"
 
 
+@pytest.mark.slow
 def test_custom_training_loop_notebook_matches_fit():
     code = _execute("custom_training_loop.ipynb")  # the notebook asserts the accuracies
     assert "mf.utils.simulate_cpu_devices(8)" in code[0].source

@@ -29,6 +29,7 @@ def test_onnx_runtime_matches_predict_on_any_batch_size(kind, tmp_path):
                                    rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # starts a Python process
 def test_onnx_model_serves_in_a_fresh_process_with_only_onnxruntime(tmp_path):
     model, x, predicted = trained("cnn")
     model.export(tmp_path / "model.onnx", format="onnx", verbose=False)

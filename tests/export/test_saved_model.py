@@ -30,6 +30,7 @@ def test_serve_matches_predict_on_any_batch_size(kind, tmp_path):
                                    rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # starts a Python process
 def test_saved_model_serves_in_a_fresh_process_with_only_tensorflow(tmp_path):
     model, x, predicted = trained("cnn")
     model.export(tmp_path / "saved", format="tf_saved_model", verbose=False)

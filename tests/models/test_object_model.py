@@ -176,8 +176,11 @@ def test_subclassed_model_saves_and_loads_through_custom_objects(tmp_path):
     with mirrored_strategy(8).scope():
         restored = mf.load_model(path, custom_objects={"MLP": MLP})
     assert isinstance(restored, MLP) and restored.compiled
-    np.testing.assert_array_equal(restored.predict(X, verbose=0), model.predict(X, verbose=0))
+    # The weights load bitwise; predict on 8 replicas runs other per-replica shapes than on
+    # 2, for which XLA may pick other kernels (1.8e-7 apart seen on one CPU): float32 rounding.
     np.testing.assert_array_equal(restored.head.weights[0].numpy(), model.head.weights[0].numpy())
+    np.testing.assert_allclose(restored.predict(X, verbose=0), model.predict(X, verbose=0),
+                               rtol=1e-6, atol=1e-6)
     assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
 
 

@@ -99,26 +99,148 @@ class Callback:
         self.params: dict[str, Any] = {}
 
     def set_model(self, model) -> None:
+        """Sets `model`: ``fit``, ``evaluate`` and ``predict`` call it before the first hook.
+
+        Args:
+            model: the `mirrorfit.Model` the loop runs.
+        """
         self.model = model
 
     def set_params(self, params: dict[str, Any]) -> None:
+        """Sets `params`: the loop's ``epochs``, ``steps``, ``verbose`` and ``batch_size``
+        (see the class docstring), before the first hook.
+
+        Args:
+            params: the dict, shared by every callback of the loop.
+        """
         self.params = params
 
-    def on_train_begin(self, logs=None): ...
-    def on_train_end(self, logs=None): ...
-    def on_epoch_begin(self, epoch, logs=None): ...
-    def on_epoch_end(self, epoch, logs=None): ...
-    def on_train_batch_begin(self, batch, logs=None): ...
-    def on_train_batch_end(self, batch, logs=None): ...
-    def on_test_begin(self, logs=None): ...
-    def on_test_end(self, logs=None): ...
-    def on_test_batch_begin(self, batch, logs=None): ...
-    def on_test_batch_end(self, batch, logs=None): ...
-    def on_predict_begin(self, logs=None): ...
-    def on_predict_end(self, logs=None): ...
-    def on_predict_batch_begin(self, batch, logs=None): ...
-    def on_predict_batch_end(self, batch, logs=None): ...
-    def on_train_error(self, error: BaseException): ...
+    def on_train_begin(self, logs=None):
+        """Called once when ``fit`` starts, before the first epoch.
+
+        Args:
+            logs: ``None``, as in Keras.
+        """
+
+    def on_train_end(self, logs=None):
+        """Called once when ``fit`` ends without an exception (after ``stop_training`` too).
+
+        Args:
+            logs: the last epoch's logs, as `on_epoch_end` got them (``{}`` if no epoch
+                ran).
+        """
+
+    def on_epoch_begin(self, epoch, logs=None):
+        """Called at the start of each epoch of ``fit``.
+
+        Args:
+            epoch: the epoch's index, from 0 (from ``initial_epoch`` when given, or from the
+                epoch a resumed run restarts).
+            logs: ``None``.
+        """
+
+    def on_epoch_end(self, epoch, logs=None):
+        """Called at the end of each epoch of ``fit``, after its validation.
+
+        Args:
+            epoch: the epoch's index, from 0.
+            logs: the epoch's results as Python floats (NumPy arrays for a metric with one
+                value per class), exact over the epoch's rows: ``{"loss": 0.21,
+                "accuracy": 0.93}``, and the validation results prefixed with ``val_`` in the
+                epochs that validate.
+        """
+
+    def on_train_batch_begin(self, batch, logs=None):
+        """Called before each train step of ``fit`` (before each group of
+        ``steps_per_execution`` steps).
+
+        Args:
+            batch: the step's index within the epoch, from 0.
+            logs: ``None``.
+        """
+
+    def on_train_batch_end(self, batch, logs=None):
+        """Called after each train step of ``fit`` (after each group of
+        ``steps_per_execution`` steps, with the group's last index).
+
+        Args:
+            batch: the step's index within the epoch, from 0.
+            logs: a `LazyLogs` mapping of the epoch's results so far (the loss and metrics
+                over the epoch's rows up to this step). Reading a value waits for the step
+                and copies its results to the host; a callback that does not read them adds
+                no wait.
+        """
+
+    def on_test_begin(self, logs=None):
+        """Called when ``evaluate`` starts, and when ``fit``'s validation starts.
+
+        Args:
+            logs: ``None``.
+        """
+
+    def on_test_end(self, logs=None):
+        """Called when ``evaluate`` (or ``fit``'s validation) ends.
+
+        Args:
+            logs: the results as Python floats, exact over every row: ``{"loss": ...,
+                "accuracy": ...}``, without the ``val_`` prefix.
+        """
+
+    def on_test_batch_begin(self, batch, logs=None):
+        """Called before each step of ``evaluate`` (and of ``fit``'s validation).
+
+        Args:
+            batch: the step's index, from 0.
+            logs: ``None``.
+        """
+
+    def on_test_batch_end(self, batch, logs=None):
+        """Called after each step of ``evaluate`` (and of ``fit``'s validation).
+
+        Args:
+            batch: the step's index, from 0.
+            logs: a `LazyLogs` mapping of the results so far, read from the device when
+                read (see `on_train_batch_end`).
+        """
+
+    def on_predict_begin(self, logs=None):
+        """Called when ``predict`` starts.
+
+        Args:
+            logs: ``None``.
+        """
+
+    def on_predict_end(self, logs=None):
+        """Called when ``predict`` ends, before it returns the outputs.
+
+        Args:
+            logs: ``None``.
+        """
+
+    def on_predict_batch_begin(self, batch, logs=None):
+        """Called before each step of ``predict``.
+
+        Args:
+            batch: the step's index, from 0.
+            logs: ``None``.
+        """
+
+    def on_predict_batch_end(self, batch, logs=None):
+        """Called once a step's outputs of ``predict`` are on the host: after the next step
+        is dispatched, so that the copy overlaps it.
+
+        Args:
+            batch: the step's index, from 0.
+            logs: ``None`` (Keras passes the outputs; ``predict`` returns them all).
+        """
+
+    def on_train_error(self, error: BaseException):
+        """Called when ``fit`` ends with an exception, before it propagates (mirrorfit's
+        addition, see the class docstring): close files and runs here.
+
+        Args:
+            error: the exception (a ``KeyboardInterrupt`` included).
+        """
 
 
 class _StepProgress(Callback):
@@ -269,10 +391,12 @@ class History(Callback):
         self.epoch: list[int] = []
 
     def on_train_begin(self, logs=None):
+        """Empties `history` and `epoch`: each ``fit`` call records its own epochs."""
         self.epoch = []
         self.history = {}
 
     def on_epoch_end(self, epoch, logs=None):
+        """Appends ``epoch`` and each log value, and sets ``model.history`` to this object."""
         self.epoch.append(epoch)
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(as_log_value(value))

@@ -149,6 +149,10 @@ class BackupAndRestore(Callback):
         self._writer = background.BackgroundWriter() if save_on_background else None
 
     def on_train_begin(self, logs=None):
+        """Locks ``backup_dir`` and, if it holds a backup, restores the model's state, the
+        epoch and step to resume at and the history. Refuses a directory of other
+        files, and (``strict``) a backup taken with other data or compile arguments.
+        """
         self._last_step = self._steps_since_save = 0
         self._restored_history = None
         checkpoint_files.check_directory(self.backup_dir, os.fspath(self.backup_dir),
@@ -219,6 +223,9 @@ class BackupAndRestore(Callback):
                       stacklevel=3)
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Puts the restored history back into ``model.history``, which `History` emptied
+        when training began.
+        """
         self._apply_restored_history()
 
     def _apply_restored_history(self) -> None:
@@ -251,6 +258,10 @@ class BackupAndRestore(Callback):
         return None
 
     def on_train_batch_end(self, batch, logs=None):
+        """Saves a backup every ``save_freq`` train steps (an int ``save_freq``). With
+        ``save_before_preemption``, saves once every process has seen the preemption
+        notice and raises `Preempted`.
+        """
         if self._notice is not None:
             self._boundaries += 1
             if self._notice.reached(self._boundaries):
@@ -271,6 +282,10 @@ class BackupAndRestore(Callback):
             self._save(progress.epoch, progress.step, progress.statistics)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Saves a backup at the end of the epoch (``save_freq="epoch"``, or after the
+        validation of an epoch in which a preemption notice came, then raising
+        `Preempted`).
+        """
         self._last_step = 0
         if self._notice is not None and not self._preempted:
             self._boundaries += 1  # a notice during validation
@@ -322,12 +337,18 @@ class BackupAndRestore(Callback):
             background.save(self._writer, self.backup_dir, host, info, **where)
 
     def on_train_error(self, error):
+        """Waits for a backup being written and releases ``backup_dir``: the backups stay,
+        for the next run to resume from.
+        """
         if self._notice is not None:
             self._notice.uninstall()
         background.wait_quietly(self._writer, error)  # a Preempted's backup is complete
         self._lock.release()
 
     def on_train_end(self, logs=None):
+        """Waits for the last backup, deletes the backups (``delete_checkpoint=True``) and
+        releases ``backup_dir``.
+        """
         if self._notice is not None:
             self._notice.uninstall()
         try:

@@ -151,6 +151,9 @@ class ExperimentLogger(Callback):
     # -- when ----------------------------------------------------------------------------
 
     def on_train_begin(self, logs=None):
+        """Starts (or joins) the run on the chief process and records the run's
+        configuration.
+        """
         self._steps, self._global_step = StepCounter(), None
         if not is_chief():  # several processes: only the chief logs
             return
@@ -159,6 +162,9 @@ class ExperimentLogger(Callback):
         self._log_config(run_config(self.model, self.params))
 
     def on_train_batch_end(self, batch, logs=None):
+        """Records the train logs (prefixed ``batch/``) and the learning rate at the
+        global steps ``log_freq`` asks for.
+        """
         if not self._running or self.log_freq == "epoch":
             return
         added = self._steps.advance(batch)
@@ -173,6 +179,9 @@ class ExperimentLogger(Callback):
             self._log_metrics(metrics, step)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Records the epoch's scalar logs (prefixed ``epoch/``), the learning rate and
+        the epoch at the global train step.
+        """
         if not self._running:
             return
         metrics = scalar_logs("epoch", logs or {})
@@ -181,9 +190,13 @@ class ExperimentLogger(Callback):
         self._log_metrics(metrics, int(jax.device_get(self.model.state.step)))
 
     def on_train_end(self, logs=None):
+        """Ends a run this callback started, as finished (a joined run stays open)."""
         self._finish(None)
 
     def on_train_error(self, error: BaseException):
+        """Ends a run this callback started, as failed with ``error`` (a joined run stays
+        open).
+        """
         self._finish(error)
 
     def _finish(self, error: BaseException | None) -> None:

@@ -71,6 +71,13 @@ class LearningRateScheduler(Callback):
         self._takes_lr = _takes_two_arguments(schedule)
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Sets the optimizer's learning rate to ``schedule(epoch, lr)`` (or
+        ``schedule(epoch)``).
+
+        Raises:
+            ValueError: if the schedule returns no float, or the optimizer has no injectable
+                learning rate.
+        """
         lr = get_learning_rate(self.model.opt_state, "LearningRateScheduler")
         # The form comes from the signature, so a TypeError raised inside the schedule
         # reaches the user as it is.
@@ -84,6 +91,7 @@ class LearningRateScheduler(Callback):
                         f"{new}.")
 
     def on_epoch_end(self, epoch, logs=None):
+        """Adds the current rate to the epoch's logs as ``learning_rate``."""
         if logs is not None:
             logs["learning_rate"] = get_learning_rate(self.model.opt_state, "LearningRateScheduler")
 
@@ -123,11 +131,16 @@ class ReduceLROnPlateau(Callback):
         self.min_lr = min_lr
 
     def on_train_begin(self, logs=None):
+        """Resets the best value, the wait and the cooldown."""
         self.best: float | None = None
         self.wait = 0
         self.cooldown_counter = 0
 
     def on_epoch_end(self, epoch, logs=None):
+        """Adds the rate to the logs as ``learning_rate`` and multiplies it by ``factor``
+        (not below ``min_lr``) after ``patience`` epochs without improvement of
+        ``monitor``; warns and skips if ``monitor`` is not in the logs.
+        """
         logs = logs if logs is not None else {}
         lr = get_learning_rate(self.model.opt_state, "ReduceLROnPlateau")
         logs["learning_rate"] = lr

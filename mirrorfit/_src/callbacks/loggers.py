@@ -40,6 +40,7 @@ class CSVLogger(Callback):
         self._header = True
 
     def on_train_begin(self, logs=None):
+        """Opens ``filename`` (on process 0), to append to it with ``append=True``."""
         if jax.process_index() != 0:  # several processes: only the chief writes
             return
         has_rows = self.append and os.path.exists(self.filename) and os.path.getsize(
@@ -49,6 +50,9 @@ class CSVLogger(Callback):
         self._writer, self._keys = None, []
 
     def on_epoch_end(self, epoch, logs=None):
+        """Writes the epoch's row (the header with the first row of a new file); a key
+        missing from a later epoch's logs is written ``NA``.
+        """
         if self._file is None:
             return
         logs = {k: v for k, v in (logs or {}).items() if not k.startswith("_")}
@@ -62,6 +66,7 @@ class CSVLogger(Callback):
         self._file.flush()
 
     def on_train_end(self, logs=None):
+        """Closes the file."""
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -125,6 +130,12 @@ class TensorBoard(Callback):
         return self._writers[name]
 
     def on_train_begin(self, logs=None):
+        """Prepares the event writers (created under ``log_dir`` on first use, on process
+        0).
+
+        Raises:
+            ImportError: if tensorboardX is not installed.
+        """
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
@@ -136,6 +147,9 @@ class TensorBoard(Callback):
         self._steps, self._steps_done, self._steps_since_write = StepCounter(), 0, 0
 
     def on_train_batch_begin(self, batch, logs=None):
+        """Starts the ``jax.profiler`` trace at the first step of ``profile_batch``, and
+        marks each traced step.
+        """
         if not self._chief or self._stop_batch == 0:
             return
         first = self._steps_done + 1  # the call runs steps first .. last of the fit
@@ -148,6 +162,9 @@ class TensorBoard(Callback):
             self._step_annotation.__enter__()
 
     def on_train_batch_end(self, batch, logs=None):
+        """Stops the trace after the last step of ``profile_batch``; writes the train logs
+        (``batch_<name>``) every ``update_freq`` steps at the global step.
+        """
         if not self._chief:
             return
         self._steps_done += (added := self._steps.advance(batch))
@@ -173,6 +190,9 @@ class TensorBoard(Callback):
         self._tracing = False
 
     def on_epoch_end(self, epoch, logs=None):
+        """Writes the epoch's scalar logs and learning rate (``epoch_<name>``): the train
+        ones under ``train/``, the ``val_`` ones under ``validation/``.
+        """
         if not self._chief:
             return
         logs = dict(logs or {})
@@ -189,6 +209,7 @@ class TensorBoard(Callback):
             writer.flush()
 
     def on_train_end(self, logs=None):
+        """Stops an unfinished trace and closes the writers."""
         if self._tracing:  # fit ended before the last profiled step
             self._stop_trace()
         for writer in self._writers.values():

@@ -69,6 +69,9 @@ class ModelCheckpoint(Callback):
         self._writer = background.BackgroundWriter() if save_on_background else None
 
     def on_train_begin(self, logs=None):
+        """Locks ``filepath`` when it names one directory (no ``{epoch}``-style fields),
+        so that another writer there fails now rather than at the first save.
+        """
         templated = any(field is not None for _, field, _, _ in
                         string.Formatter().parse(self.filepath))
         if not templated:  # fail now, not at the first save, if another writer is there
@@ -92,6 +95,7 @@ class ModelCheckpoint(Callback):
         self._lock = None
 
     def on_train_end(self, logs=None):
+        """Waits for a save being written and releases the directory lock."""
         try:
             if self._writer is not None:
                 self._writer.wait()
@@ -99,13 +103,18 @@ class ModelCheckpoint(Callback):
             self._release()
 
     def on_train_error(self, error):
+        """Waits for a save being written and releases the directory lock."""
         background.wait_quietly(self._writer, error)
         self._release()
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Records the epoch, for the ``{epoch}`` field of a save within it."""
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
+        """Saves every ``save_freq`` train steps (an int ``save_freq``), as `on_epoch_end`
+        describes.
+        """
         if self.save_freq == "epoch":
             return
         self._steps_since_save += self._steps.advance(batch)
@@ -114,6 +123,10 @@ class ModelCheckpoint(Callback):
             self._save(self._epoch, batch, dict(logs or {}))
 
     def on_epoch_end(self, epoch, logs=None):
+        """Saves at the end of the epoch (``save_freq="epoch"``): always, or with
+        ``save_best_only`` when ``monitor`` improved on the best so far (warning and
+        skipping if it is not in the logs).
+        """
         if self.save_freq == "epoch":
             self._save(epoch, None, dict(logs or {}))
 

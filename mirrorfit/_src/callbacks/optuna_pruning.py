@@ -96,9 +96,14 @@ class OptunaPruningCallback(Callback):
         self.pruned_epoch: int | None = None  # the epoch after which the trial was pruned
 
     def on_train_begin(self, logs=None):
+        """Clears `pruned_epoch`."""
         self.pruned_epoch = None
 
     def on_epoch_end(self, epoch, logs=None):
+        """Reports ``monitor`` to the trial every ``interval`` epochs (at the epoch's
+        index as the step) and stops training if the trial should be pruned; warns and
+        skips if ``monitor`` is not in the logs.
+        """
         if (epoch + 1) % self.interval:
             return
         value = (logs or {}).get(self.monitor)
@@ -119,6 +124,9 @@ class OptunaPruningCallback(Callback):
         return self.trial.should_prune()
 
     def on_train_end(self, logs=None):
+        """Raises ``optuna.TrialPruned`` if the trial was pruned, so that Optuna records
+        it as pruned.
+        """
         if self.pruned_epoch is not None:
             raise self._optuna.TrialPruned(
                 f"Trial was pruned at epoch {self.pruned_epoch} (0-based; {self.monitor} "

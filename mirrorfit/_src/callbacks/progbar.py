@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 
 import jax
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning
 
 from mirrorfit._src.callbacks.callback import Callback, format_value
+
+with warnings.catch_warnings():
+    # In a notebook without ipywidgets, tqdm.auto falls back to its text bar and warns at
+    # import time, which would print on every `import mirrorfit` (bar or not) with the path
+    # of the user's site-packages.
+    warnings.simplefilter("ignore", TqdmWarning)
+    from tqdm.auto import tqdm
 
 
 def _format(logs: Mapping[str, float]) -> str:
@@ -62,19 +70,28 @@ class ProgbarLogger(Callback):
             self._bar = None
 
     def on_train_begin(self, logs=None):
+        """Notes that ``fit`` runs: its validation draws no bar of its own."""
         self._in_fit = True
 
     def on_train_end(self, logs=None):
+        """Notes that ``fit`` has ended."""
         self._in_fit = False
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Opens the epoch's bar (``verbose=1``)."""
         self._epoch_start = time.monotonic()
         self._open(self.params.get("steps"), f"Epoch {epoch + 1}/{self.params.get('epochs')}")
 
     def on_train_batch_end(self, batch, logs=None):
+        """Advances the bar, showing the logs at its refresh rate (reading them only
+        then).
+        """
         self._advance(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Closes the bar with the epoch's logs, or prints the epoch's line
+        (``verbose=2``).
+        """
         self._close(logs)
         if self.verbose == 2 and jax.process_index() == 0:
             seconds = time.monotonic() - self._epoch_start
@@ -82,22 +99,28 @@ class ProgbarLogger(Callback):
                   f"{_format(logs or {})}", file=self.file or sys.stdout, flush=True)
 
     def on_test_begin(self, logs=None):
+        """Opens the bar of ``evaluate`` (not of ``fit``'s validation)."""
         if not self._in_fit:
             self._open(self.params.get("steps"), "Evaluate")
 
     def on_test_batch_end(self, batch, logs=None):
+        """Advances the bar of ``evaluate``."""
         if not self._in_fit:
             self._advance(batch, logs)
 
     def on_test_end(self, logs=None):
+        """Closes the bar of ``evaluate`` with its results."""
         if not self._in_fit:
             self._close(logs)
 
     def on_predict_begin(self, logs=None):
+        """Opens the bar of ``predict``."""
         self._open(self.params.get("steps"), "Predict")
 
     def on_predict_batch_end(self, batch, logs=None):
+        """Advances the bar of ``predict``."""
         self._advance(batch, None)
 
     def on_predict_end(self, logs=None):
+        """Closes the bar of ``predict``."""
         self._close(None)

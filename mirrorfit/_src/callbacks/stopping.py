@@ -42,6 +42,7 @@ class EarlyStopping(Callback):
         return reference is None or bool(self.monitor_op(value - self.min_delta, reference))
 
     def on_train_begin(self, logs=None):
+        """Resets the wait, the best value and epoch, and the best weights."""
         self.wait = 0
         self.stopped_epoch = 0
         self.best: float | None = None
@@ -49,6 +50,11 @@ class EarlyStopping(Callback):
         self.best_weights: list[np.ndarray] | None = None
 
     def on_epoch_end(self, epoch, logs=None):
+        """Compares ``monitor`` with the best so far (from ``start_from_epoch``) and stops
+        training after ``patience`` epochs without an improvement of at least
+        ``min_delta`` (or without reaching ``baseline``); warns and skips if
+        ``monitor`` is not in the logs.
+        """
         current = (logs or {}).get(self.monitor)
         if current is None:
             warnings.warn(f"EarlyStopping: monitor {self.monitor!r} is not in the logs (available:"
@@ -72,6 +78,9 @@ class EarlyStopping(Callback):
             self.model.stop_training = True
 
     def on_train_end(self, logs=None):
+        """Prints the epoch training stopped at (``verbose``) and sets the best epoch's
+        weights back with ``restore_best_weights``.
+        """
         if self.stopped_epoch > 0 and self.verbose > 0:
             chief_print(f"Epoch {self.stopped_epoch + 1}: early stopping")
         if self.restore_best_weights and self.best_weights is not None:
@@ -91,6 +100,7 @@ class TerminateOnNaN(Callback):
     """
 
     def on_train_batch_end(self, batch, logs=None):
+        """Stops training if the step's loss is NaN or infinite."""
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             chief_print(f"Batch {batch}: Invalid loss, terminating training")

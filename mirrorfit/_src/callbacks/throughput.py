@@ -111,6 +111,9 @@ class ThroughputMonitor(Callback):
         self._first_call = True
 
     def on_train_begin(self, logs=None):
+        """Looks up the devices' peak FLOP/s (unless ``peak_flops`` was given); warns on
+        an accelerator it does not know.
+        """
         self._cost, self._first_call = None, True
         self._peak = self.peak_flops
         if self._peak is None:
@@ -124,10 +127,16 @@ class ThroughputMonitor(Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         # After the first call of fit the step is compiled and the device idle here.
+        """Starts the epoch's timed span (in the first ``fit`` call, after its first step,
+        which compiles).
+        """
         self._start = None if self._first_call else (perf_counter(), 0)
         self._end = None
 
     def on_train_batch_end(self, batch, logs=None):
+        """Waits for the device at the first step of the call and at the epoch's last
+        step, to time the span between them.
+        """
         progress = self.model.trainer.progress
         if self._first_call or progress.end_of_epoch:
             # Wait for the call's device work; at the end of an epoch fit waits right after.
@@ -139,6 +148,7 @@ class ThroughputMonitor(Callback):
                 self._end = (perf_counter(), progress.step)
 
     def on_test_begin(self, logs=None):
+        """Ends the timed span: validation is not timed."""
         self._mark_end()  # validation in fit is outside the span
 
     def _mark_end(self) -> None:
@@ -148,6 +158,10 @@ class ThroughputMonitor(Callback):
             self._end = (perf_counter(), self.model.trainer.progress.step)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Adds the epoch's ``steps_per_second``, ``examples_per_second``,
+        ``tflops_per_second`` and ``mfu`` (when the step's FLOPs and the peak are
+        known) to its logs.
+        """
         self._mark_end()
         start, end, self._start = self._start, self._end, None
         if logs is None:

@@ -58,6 +58,7 @@ class PerReplica:
 
     @property
     def num_replicas(self) -> int:
+        """The number of replicas: the leading axis of `values`."""
         return self.values.shape[0]
 
     def __array__(self, dtype=None, copy=None):
@@ -84,10 +85,14 @@ class Mirrored:
         self.value = value
 
     def tree_flatten(self):
+        """JAX's pytree protocol: the mirrored array is the one leaf, so a `Mirrored`
+        passes through ``jax.jit`` and ``jax.tree`` functions.
+        """
         return (self.value,), None
 
     @classmethod
     def tree_unflatten(cls, aux, children):
+        """JAX's pytree protocol: a `Mirrored` of the one leaf ``children[0]``."""
         del aux
         return cls(children[0])
 

@@ -62,6 +62,9 @@ class LeakyReLU(FlaxLayer):
 
     @property
     def slope(self) -> float:
+        """The slope for ``x < 0``: ``alpha`` when given (tf.keras 2's name), else
+        ``negative_slope``.
+        """
         return self.negative_slope if self.alpha is None else self.alpha
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -69,6 +72,7 @@ class LeakyReLU(FlaxLayer):
         return jax.nn.leaky_relu(self.cast(inputs), self.slope)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config, with the slope under ``negative_slope`` (``alpha`` folded in)."""
         config = super().get_config()
         config["negative_slope"] = self.slope
         del config["alpha"]

@@ -148,14 +148,23 @@ class FlaxLayer(nn.Module):
     # Keras' weight accessors, over those Variables (empty before the first such call).
     @property
     def weights(self) -> list[Any]:
+        """The layer's `mirrorfit.Variable`s, trainable first, as Keras'
+        ``layer.weights``: those that hold its collections once it was called outside a
+        model's ``apply`` (as a layer of a subclassed `Layer` or `Model`); ``[]``
+        before.
+        """
         return [v for _, v in flax_bridge.flax_variables(self)]
 
     @property
     def trainable_weights(self) -> list[Any]:
+        """The trainable ones of `weights` (the ``params`` collection)."""
         return [v for v in self.weights if v.trainable]
 
     @property
     def non_trainable_weights(self) -> list[Any]:
+        """The non-trainable ones of `weights` (e.g. BatchNormalization's moving
+        statistics).
+        """
         return [v for v in self.weights if not v.trainable]
 
     # (``variables`` stays Flax's: the bound module's collections.)
@@ -251,6 +260,9 @@ class FlaxLayer(nn.Module):
         return self.activity(self.activation_fn()(y))
 
     def activation_fn(self, name: str = "activation") -> Any:
+        """The activation function of the field ``name`` (``"activation"``,
+        ``"recurrent_activation"``): its value resolved by `mirrorfit.activations.get`.
+        """
         return activations.get(getattr(self, name))
 
     # -- config -----------------------------------------------------------------------

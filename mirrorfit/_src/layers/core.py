@@ -45,6 +45,9 @@ class Dense(FlaxLayer):
 
     @property
     def declared_input_shape(self) -> tuple[int, ...] | None:
+        """``(input_dim,)`` when tf.keras' ``input_dim`` was given, else the
+        ``input_shape`` given to the constructor (no batch axis), if any.
+        """
         return (self.input_dim,) if self.input_dim is not None else super().declared_input_shape
 
     @nn.compact
@@ -233,6 +236,7 @@ class ActivityRegularization(FlaxLayer):
 
     @property
     def activity_regularizer(self) -> regularizers.L1L2:
+        """``L1L2(l1, l2)``: the penalty on the outputs, as Keras' attribute."""
         return regularizers.L1L2(l1=self.l1, l2=self.l2)
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:

@@ -83,6 +83,7 @@ class InputLayer:
 
     @property
     def dtype(self) -> str:
+        """The input's dtype name (``"float32"``)."""
         return self.output.dtype.name
 
     def get_config(self) -> dict[str, Any]:

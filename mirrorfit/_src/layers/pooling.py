@@ -130,7 +130,7 @@ class GlobalAveragePooling1D(_GlobalPooling):
 
     @nn.nowrap
     def compute_mask(self, inputs: Any, mask: Any) -> None:
-        return None
+        """``None``: the steps are averaged away, so the output has no mask (as Keras')."""
 
     def __call__(self, inputs: jax.Array, training: bool = False,
                  mask: jax.Array | None = None) -> jax.Array:

@@ -99,13 +99,22 @@ class _RNN(FlaxLayer):
     state_count: ClassVar[int] = 1
 
     def step(self, carry, x, kernel, recurrent, bias):
+        """One time step: ``(new carry, output)`` from the ``carry`` and the step's input
+        ``x`` ``[batch, features]``, with the layer's ``kernel``, ``recurrent`` kernel
+        and ``bias`` (``None`` without ``use_bias``). The layer scans it over the
+        steps.
+        """
         raise NotImplementedError
 
     @property
     def bias_shape(self) -> tuple[int, ...]:
+        """The shape of the ``bias`` weight: ``(gates * units,)``, the gates' biases side
+        by side, as Keras'.
+        """
         return (self.gate_count * self.units,)
 
     def bias_init(self, key: jax.Array, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+        """The initial ``bias``, from ``bias_initializer``."""
         return initializers.get(self.bias_initializer)(key, shape, dtype)
 
     # Keras' RNN argument: masked steps output zeros instead of the previous output.
@@ -206,12 +215,19 @@ class LSTM(_RNN):
     go_backwards: bool = False
 
     def bias_init(self, key, shape, dtype):
+        """The initial ``bias`` from ``bias_initializer``, with the forget gate's set to 1
+        when ``unit_forget_bias`` (as Keras').
+        """
         bias = super().bias_init(key, shape, dtype)
         if self.unit_forget_bias:
             bias = bias.at[self.units:2 * self.units].set(1.0)
         return bias
 
     def step(self, carry, x, kernel, recurrent, bias):
+        """One step of Keras' LSTM cell: the carry ``(h, c)`` (each ``[batch, units]``)
+        and the step's input ``x`` to the new carry and the output ``h``; the kernels
+        hold the gates in Keras' order (input, forget, cell, output).
+        """
         h, c = carry
         z = x @ kernel + h @ recurrent
         if bias is not None:
@@ -256,9 +272,16 @@ class GRU(_RNN):
 
     @property
     def bias_shape(self) -> tuple[int, ...]:
+        """``(2, 3 * units)`` (input and recurrent biases) with ``reset_after``, else ``(3
+        * units,)``, as Keras'.
+        """
         return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def step(self, h, x, kernel, recurrent, bias):
+        """One step of Keras' GRU cell: the state ``h`` ``[batch, units]`` and the step's
+        input ``x`` to the new state and the output (the same); the kernels hold the
+        gates in Keras' order (update, reset, candidate).
+        """
         u = self.units
         input_bias, recurrent_bias = ((bias[0], bias[1]) if bias is not None and
                                       self.reset_after else (bias, None))
@@ -302,6 +325,9 @@ class SimpleRNN(_RNN):
     go_backwards: bool = False
 
     def step(self, h, x, kernel, recurrent, bias):
+        """One step of Keras' SimpleRNN cell: ``h = activation(x @ kernel + h @ recurrent
+        + bias)``, the new state and the output.
+        """
         z = x @ kernel + h @ recurrent
         if bias is not None:
             z = z + bias

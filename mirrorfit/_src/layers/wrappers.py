@@ -113,10 +113,12 @@ class Bidirectional(FlaxLayer):
 
     @property
     def return_sequences(self) -> bool:
+        """The wrapped layer's ``return_sequences``."""
         return self.layer.return_sequences
 
     @property
     def return_state(self) -> bool:
+        """The wrapped layer's ``return_state``."""
         return self.layer.return_state
 
     @nn.nowrap
@@ -186,6 +188,9 @@ class Bidirectional(FlaxLayer):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Bidirectional:
+        """The layer of a `get_config` output, the forward and backward layers rebuilt
+        from their configs.
+        """
         config = dict(config)
         config["layer"] = LAYERS.deserialize(config["layer"])
         if config.get("backward_layer") is not None:
@@ -242,4 +247,5 @@ class TimeDistributed(FlaxLayer):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> TimeDistributed:
+        """The layer of a `get_config` output, the wrapped layer rebuilt from its config."""
         return cls(**{**config, "layer": LAYERS.deserialize(config["layer"])})

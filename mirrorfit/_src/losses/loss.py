@@ -259,9 +259,14 @@ class LossFunctionWrapper(Loss):
         self.fn_kwargs = kwargs
 
     def call(self, y_true: jax.Array, y_pred: jax.Array) -> jax.Array:
+        """``fn(y_true, y_pred, **kwargs)``: the unreduced loss ``[batch, ...]``."""
         return self.fn(y_true, y_pred, **self.fn_kwargs)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: ``name``, ``reduction`` and the keyword arguments given to
+        ``fn`` (and ``fn`` itself for a plain `LossFunctionWrapper`, which has no JSON
+        form).
+        """
         config = super().get_config()
         if type(self) is LossFunctionWrapper:
             config["fn"] = self.fn
@@ -269,6 +274,7 @@ class LossFunctionWrapper(Loss):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Loss:
+        """The loss of a `get_config` output."""
         return cls(**config)
 
     def __getattr__(self, name: str) -> Any:

@@ -159,6 +159,9 @@ class _ThresholdMetric(Metric):
         return values[0] if len(self.thresholds) == 1 else values
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (``thresholds``, ``top_k``,
+        ``class_id``, ``name``), from which `from_config` rebuilds the metric.
+        """
         return {"thresholds": self.init_thresholds, "top_k": self.top_k,
                 "class_id": self.class_id, "name": self.name}
 
@@ -173,6 +176,9 @@ class _Count(_ThresholdMetric):
         return self._scalar_or_vector(stats[self.kinds[0]])
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (``thresholds``, ``name``), from
+        which `from_config` rebuilds the metric.
+        """
         return {"thresholds": self.init_thresholds, "name": self.name}
 
 
@@ -380,6 +386,9 @@ class AUC(Metric):
         return xp.sum(terms)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments, ``label_weights`` as a list, and
+        ``thresholds`` when given, from which `from_config` rebuilds the metric.
+        """
         config = {"num_thresholds": self.num_thresholds, "curve": self.curve,
                   "summation_method": self.summation_method, "name": self.name,
                   "multi_label": self.multi_label, "num_labels": self.num_labels,

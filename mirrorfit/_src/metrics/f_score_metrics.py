@@ -101,6 +101,9 @@ class FBetaScore(Metric):
         return score
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (``average``, ``beta``,
+        ``threshold``, ``name``), from which `from_config` rebuilds the metric.
+        """
         return {"average": self.average, "beta": self.beta, "threshold": self.threshold,
                 "name": self.name}
 
@@ -113,6 +116,9 @@ class F1Score(FBetaScore):
         super().__init__(average=average, beta=1.0, threshold=threshold, name=name)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (`FBetaScore`'s but ``beta``, which
+        is 1), from which `from_config` rebuilds the metric.
+        """
         config = super().get_config()
         del config["beta"]
         return config

@@ -90,6 +90,9 @@ class IoU(Metric):
         return xp.sum(iou) / (xp.sum(valid.astype(iou.dtype)) + EPSILON)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments, from which `from_config` rebuilds
+        the metric.
+        """
         return {"num_classes": self.num_classes, "target_class_ids": self.target_class_ids,
                 "name": self.name, "ignore_class": self.ignore_class,
                 "sparse_y_true": self.sparse_y_true, "sparse_y_pred": self.sparse_y_pred,
@@ -117,6 +120,9 @@ class MeanIoU(IoU):
                          sparse_y_pred=sparse_y_pred, axis=axis)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (`IoU`'s but ``target_class_ids``,
+        which are all classes), from which `from_config` rebuilds the metric.
+        """
         config = super().get_config()
         del config["target_class_ids"]
         return config
@@ -132,6 +138,9 @@ class OneHotIoU(IoU):
                          sparse_y_true=False, sparse_y_pred=sparse_y_pred, axis=axis)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (`IoU`'s but ``sparse_y_true``,
+        which is ``False``), from which `from_config` rebuilds the metric.
+        """
         config = super().get_config()
         del config["sparse_y_true"]
         return config
@@ -147,6 +156,9 @@ class OneHotMeanIoU(MeanIoU):
                          sparse_y_true=False, sparse_y_pred=sparse_y_pred, axis=axis)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (`MeanIoU`'s but ``sparse_y_true``,
+        which is ``False``), from which `from_config` rebuilds the metric.
+        """
         config = super().get_config()
         del config["sparse_y_true"]
         return config

@@ -169,6 +169,9 @@ class MeanMetricWrapper(Metric):
         return TOTAL_AND_COUNT if type(self).update is MeanMetricWrapper.update else None
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: ``name`` and the keyword arguments given to ``fn`` (and ``fn``
+        itself for a plain `MeanMetricWrapper`, which has no JSON form).
+        """
         config = {"name": self.name, **self.fn_kwargs}
         if type(self) is MeanMetricWrapper:
             config["fn"] = self.fn

@@ -79,10 +79,12 @@ class Policy:
         return self._variable_dtype
 
     def get_config(self) -> dict[str, str]:
+        """Keras' config: ``{"name": name}``."""
         return {"name": self._name}
 
     @classmethod
     def from_config(cls, config: dict[str, str]) -> Policy:
+        """The policy of a `get_config` output."""
         return cls(**config)
 
     def __eq__(self, other: object) -> bool:

@@ -107,6 +107,9 @@ class TrainingAPI:
 
     @property
     def compiled(self) -> bool:
+        """Whether ``compile`` has been called: ``fit``, ``evaluate`` and
+        ``train_on_batch`` need it.
+        """
         return self._trainer.config is not None
 
     @property

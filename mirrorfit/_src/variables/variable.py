@@ -118,14 +118,17 @@ class Variable:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The value's shape, as a tuple of ints."""
         return tuple(self._value.shape)
 
     @property
     def dtype(self) -> Any:
+        """The value's dtype."""
         return self._value.dtype
 
     @property
     def ndim(self) -> int:
+        """The value's number of axes."""
         return self._value.ndim
 
     def __len__(self) -> int:
@@ -206,10 +209,14 @@ class Variable:
         return format(self.value.item() if self.ndim == 0 else np.asarray(self), spec)
 
     def astype(self, dtype: Any) -> jax.Array:
+        """The value cast to ``dtype``, as a new ``jax.Array`` (the variable is
+        unchanged).
+        """
         return self.value.astype(dtype)
 
     @property
     def T(self) -> jax.Array:
+        """The value transposed, as a new ``jax.Array``."""
         return self.value.T
 
     def __repr__(self) -> str:

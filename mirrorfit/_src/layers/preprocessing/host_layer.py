@@ -56,11 +56,15 @@ class HostLayer:
     # A host layer has no weights (its vocabulary is Python state), as a model sees it.
     @property
     def weights(self) -> list[Any]:
+        """``[]``: a host layer's vocabulary is Python state, not weights (also
+        ``trainable_weights`` and ``non_trainable_weights``).
+        """
         return []
 
     trainable_weights = non_trainable_weights = weights
 
     def get_weights(self) -> list[Any]:
+        """``[]``: see `weights`."""
         return []
 
     def compute_output_shape(self, input_shape: tuple[int | None, ...]
@@ -70,10 +74,14 @@ class HostLayer:
         return tuple(input_shape)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments (here ``name``)."""
         return {"name": self.name}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HostLayer:
+        """The layer of a `get_config` output (without what ``adapt`` learned: see
+        `set_assets`).
+        """
         return cls(**config)
 
     def get_assets(self) -> dict[str, Any]:

@@ -118,6 +118,9 @@ class RandomRotation(_AffineLayer):
         super().__post_init__()
 
     def matrices(self, batch: int, height: int, width: int) -> jax.Array:
+        """``[batch, 8]`` transforms rotating each image by an angle drawn uniformly from
+        ``factor`` (a fraction of 360 degrees) about its center.
+        """
         lower, upper = factor_range(self.factor, "factor")
         angle = uniform_rows(self, batch, lower * 360.0, upper * 360.0) * (math.pi / 180.0)
         return rotation_matrices(angle, height, width)
@@ -154,6 +157,10 @@ class RandomZoom(_AffineLayer):
         super().__post_init__()
 
     def matrices(self, batch: int, height: int, width: int) -> jax.Array:
+        """``[batch, 8]`` transforms zooming each image by factors drawn uniformly from
+        ``height_factor`` and ``width_factor`` (the height's factor for both without
+        ``width_factor``).
+        """
         lower, upper = _zoom_range(self.height_factor, "height_factor")
         zoom_y = uniform_rows(self, batch, 1.0 + lower, 1.0 + upper)
         zoom_x = zoom_y
@@ -198,6 +205,9 @@ class RandomTranslation(_AffineLayer):
         super().__post_init__()
 
     def matrices(self, batch: int, height: int, width: int) -> jax.Array:
+        """``[batch, 8]`` transforms shifting each image by fractions of its height and
+        width drawn uniformly from ``height_factor`` and ``width_factor``.
+        """
         lower, upper = factor_range(self.height_factor, "height_factor")
         dy = uniform_rows(self, batch, lower, upper) * height
         lower, upper = factor_range(self.width_factor, "width_factor")

@@ -274,10 +274,14 @@ class IndexLookup(HostLayer):
         return {"vocabulary": self.get_vocabulary(), "idf_weights": weights}
 
     def set_assets(self, assets: dict[str, Any]) -> None:
+        """Restores `get_assets`: the vocabulary and IDF weights (nothing for ``{}``)."""
         if assets:
             self.set_vocabulary(assets["vocabulary"], assets.get("idf_weights"))
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments, with the given ``vocabulary`` and
+        ``idf_weights`` (not what ``adapt`` learned, which `get_assets` holds).
+        """
         return {**super().get_config(), "max_tokens": self.max_tokens,
                 "num_oov_indices": self.num_oov_indices, "mask_token": self.mask_token,
                 "oov_token": self.oov_token, "vocabulary": self.vocabulary,
@@ -336,6 +340,7 @@ class StringLookup(IndexLookup):
         return 0
 
     def get_config(self) -> dict[str, Any]:
+        """`IndexLookup.get_config` and ``encoding``."""
         return {**super().get_config(), "encoding": self.encoding}
 
 
@@ -383,4 +388,5 @@ class IntegerLookup(IndexLookup):
         return key % self.num_oov_indices
 
     def get_config(self) -> dict[str, Any]:
+        """`IndexLookup.get_config` and ``vocabulary_dtype``."""
         return {**super().get_config(), "vocabulary_dtype": self.vocabulary_dtype}

@@ -108,6 +108,9 @@ class Normalization(FlaxLayer):
         return (self.axis,) if isinstance(self.axis, int) else tuple(self.axis)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments, a given ``mean`` and ``variance``
+        as lists (statistics learned by ``adapt`` are weights, saved with them).
+        """
         config = super().get_config()
         config.pop("statistics")
         for name in ("mean", "variance"):

@@ -172,6 +172,9 @@ class TextVectorization(HostLayer):
         return self._lookup.get_vocabulary(include_special_tokens)
 
     def vocabulary_size(self) -> int:
+        """The number of indices: the special tokens' (padding and OOV) and the
+        vocabulary's.
+        """
         return self._lookup.vocabulary_size()
 
     def set_vocabulary(self, vocabulary: Any, idf_weights: Any = None) -> None:
@@ -187,9 +190,13 @@ class TextVectorization(HostLayer):
         return self._lookup.compute_output_shape((input_shape[0], None))
 
     def get_assets(self) -> dict[str, Any]:
+        """What ``adapt`` learned, as JSON: the vocabulary and, for ``"tf_idf"``, the IDF
+        weights (``{}`` before).
+        """
         return self._lookup.get_assets()
 
     def set_assets(self, assets: dict[str, Any]) -> None:
+        """Restores `get_assets`."""
         self._lookup.set_assets(assets)
 
     # -- call -----------------------------------------------------------------------
@@ -214,6 +221,9 @@ class TextVectorization(HostLayer):
         return out
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' config: the constructor's arguments, with the given ``vocabulary`` and
+        ``idf_weights`` (not what ``adapt`` learned, which `get_assets` holds).
+        """
         lookup = self._lookup.get_config()
         return {**super().get_config(), "max_tokens": lookup["max_tokens"],
                 "standardize": self.standardize, "split": self.split, "ngrams": self.ngrams,
