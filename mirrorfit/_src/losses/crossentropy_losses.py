@@ -174,9 +174,12 @@ def softmax_crossentropy_with_integer_labels(logits: jax.Array, labels: jax.Arra
     would scatter-add into a zeroed logits-sized buffer (``[batch, ..., num_classes]``, float32
     for an LM's vocabulary), and Keras' ``one_hot * log_softmax`` materializes a one-hot in the
     forward pass. Values and gradients are optax's bit for bit (the gradient computed as its
-    autodiff does: ``exp(logits - max) * (g / sum)``, less ``g`` at the label). A negative
-    label counts from the end, as in ``jnp.take_along_axis``; a label past the last class
-    gives NaN, as optax.
+    autodiff does: ``exp(logits - max) * (g / sum)``, less ``g`` at the label). The backward
+    pass keeps ``logits`` (and ``max`` and ``sum``, ``[batch, ...]``) where autodiff keeps
+    ``exp(logits - max)``: the same size, but a cheap function of the model's outputs (their
+    float32 cast, under a mixed policy), which XLA may fuse into the backward pass rather
+    than store. A negative label counts from the end, as in ``jnp.take_along_axis``; a label
+    past the last class gives NaN, as optax.
 
     Args:
         logits: float ``[batch, ..., num_classes]``.
