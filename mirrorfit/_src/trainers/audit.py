@@ -174,7 +174,7 @@ def _undonated(main: Any, state_leaves: int) -> list[str]:
     for i in range(min(state_leaves, len(arguments))):
         text = str(attrs[i]) if attrs is not None else ""
         if "tf.aliasing_output" not in text and "jax.buffer_donor" not in text:
-            names.append(_stack(arguments[i].location) or f"argument {i}")
+            names.append(_stack(getattr(arguments[i], "location", "")) or f"argument {i}")
     return names
 
 
