@@ -6,11 +6,16 @@ Usage (on the GPU machine, from the checkout)::
     PYTHONPATH=. python benchmarks/gpu.py --out DIR   # the full run (about 15 minutes)
     PYTHONPATH=. python benchmarks/gpu.py --short --no-keras --out DIR   # ~5 minutes
     PYTHONPATH=. python benchmarks/gpu.py --short --keras-only --merge-into DIR/X.json --out DIR
+    PYTHONPATH=. python benchmarks/gpu.py --short --case-memory --out DIR   # issue 42's run
     python benchmarks/gpu.py --quick --out DIR        # tiny smoke run on any backend
 
 ``--short`` is the full models on less data with fewer, shorter rounds, sized to fit a
 device lease of a few minutes; ``--no-keras`` and ``--keras-only --merge-into REPORT`` split
 one run into two device calls (the Keras cases added to the report the first one wrote).
+``--short`` runs each Keras case at ``steps_per_execution`` 1 and 32 (``keras3_fit``,
+``keras3_fit_spe32``). ``--case-memory`` also runs ``handwritten`` and ``mirrorfit_fit`` of
+each model alone, each in a process of its own, for that case's peak device memory
+(`MEMORY_CASES`). ``benchmarks/gpu_issue42.sh`` is issue 42's device call.
 
 Keras 3 needs wheels carried to the machine (``benchmarks/keras_wheels.sh`` downloads them
 into ``.peer-wheels/``; see ``venvs.offline_keras_python``); without them its cases are
@@ -21,7 +26,8 @@ ResNet-18 or LM compilation costs tens of seconds). The models are float32 Flax 
 (``workloads.ResNet18``, ``workloads.DecoderLM``); bf16 compute comes from
 ``mf.Model(..., dtype_policy="mixed_bfloat16")`` in the mirrorfit cases and from the same casts
 written by hand in the hand-written loops (``handwritten.BatchNormTrainer`` and ``LMTrainer``
-with ``compute_dtype=bfloat16``: params and floating inputs cast to bf16 inside the step,
+with ``compute_dtype=bfloat16``: params (but the LM's token embedding table, whose rows are
+cast, as under the policy) and floating inputs cast to bf16 inside the step,
 logits back to float32 before the loss; master params, BatchNorm statistics and Adam state
 float32). The cases:
 
@@ -66,7 +72,8 @@ utilization, ``MFU = train FLOPs per example * examples/s / measured bf16 matmul
 The peak is the median rate of an ``N x N @ N x N`` bf16 matmul (N = 8192) on the same device
 in the same run; MFU against the datasheet's dense bf16 peak (``ThroughputMonitor``'s table, `peak_flops_of`) is reported
 beside it. Peak device memory (``memory_stats()["peak_bytes_in_use"]``) is read after each
-model's cases (the process's high-water mark so far). Writes ``<device>-<date>.json`` and
+model's cases (the process's high-water mark so far), and, with ``--case-memory``, in each
+case's own process. Writes ``<device>-<date>.json`` and
 ``.md`` to ``--out`` after each model, and prints the tables.
 """
 
@@ -118,21 +125,22 @@ def settings(quick: bool) -> dict:
                            "spe": 2, "fused": False, "verbose0": False},
                 "lm": {"vocab": 64, "seq": 16, "layers": 1, "d_model": 32, "heads": 2, "n": 40,
                        "batch": 8},
-                "rounds": 1, "target_seconds": 0.05, "matmul_n": 128}
+                "rounds": 1, "target_seconds": 0.05, "matmul_n": 128, "keras_spe": [1]}
     return {"resnet": {"width": 64, "stage_blocks": [2, 2, 2, 2], "n": 65_536,
                        "batches": [256, 1024], "spe": 32, "fused": True, "verbose0": True},
             "lm": {"vocab": 50_304, "seq": 1024, "layers": 12, "d_model": 768, "heads": 12,
                    "n": 1024, "batch": 32},
-            "rounds": 5, "target_seconds": 2.0, "matmul_n": 8192}
+            "rounds": 5, "target_seconds": 2.0, "matmul_n": 8192, "keras_spe": [1]}
 
 
 def short_settings() -> dict:
     """`settings` of the full models for a device call of about five minutes: less data,
-    three rounds of about a second, no fused or ``verbose=0`` cases, Keras 3 at batch 256."""
+    three rounds of about a second, no fused or ``verbose=0`` cases, Keras 3 at batch 256,
+    with ``steps_per_execution`` 1 and 32 (issue 42)."""
     cfg = settings(False)
     cfg["resnet"].update(n=16_384, verbose0=False, fused=False, keras_batches=[256])
     cfg["lm"].update(n=256)
-    cfg.update(rounds=3, target_seconds=1.0)
+    cfg.update(rounds=3, target_seconds=1.0, keras_spe=[1, 32])
     return cfg
 
 
@@ -263,33 +271,43 @@ def rates(examples_per_s: list[float], flops_per_example: float, peak: float) ->
             "mfu_datasheet": flops_per_example * median / datasheet if datasheet else None}
 
 
+def resnet_workload(cfg: dict) -> Workload:
+    rc = cfg["resnet"]
+    return Workload(ResNet18(rc["width"], tuple(rc["stage_blocks"])), (32, 32, 3))
+
+
+def resnet_cases(cfg: dict, workload: Workload, i: int, batch: int) -> dict:
+    """The ResNet-18 cases at the ``i``-th global batch size: name -> runner factory."""
+    rc = cfg["resnet"]
+    devices = len(jax.devices())
+    fit = functools.partial(MirrorfitRunner, workload, devices, batch, "fit",
+                            from_logits=True, dtype_policy=POLICY)
+    hand = functools.partial(handwritten.BatchNormTrainer, workload,
+                             handwritten.make_mesh(devices), batch, compute_dtype=jnp.bfloat16)
+    cases = {"handwritten": hand, "mirrorfit_fit": fit}
+    if i == 0:  # issue 12's ceiling for host input: every batch already on the device
+        cases["handwritten_preplaced"] = lambda: handwritten.Preplaced(hand())
+        cases["mirrorfit_fit_host"] = functools.partial(fit, device_resident=False)
+    if i == len(rc["batches"]) - 1:
+        cases["mirrorfit_fit_float32"] = functools.partial(fit, dtype_policy="float32")
+    if rc["verbose0"]:
+        cases["mirrorfit_fit_verbose0"] = functools.partial(fit, verbose=0)
+    if rc["fused"] and i == 0:
+        cases["handwritten_fused"] = functools.partial(hand, steps_per_call=rc["spe"])
+        cases["mirrorfit_fit_spe"] = functools.partial(fit, steps_per_execution=rc["spe"])
+    return cases
+
+
 def resnet_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
     """The ResNet-18 cases at every global batch size."""
     rc = cfg["resnet"]
-    workload = Workload(ResNet18(rc["width"], tuple(rc["stage_blocks"])), (32, 32, 3))
+    workload = resnet_workload(cfg)
     x, y = make_data(workload.input_shape, rc["n"])
-    devices = len(jax.devices())
-    mesh = handwritten.make_mesh(devices)
     flops = train_flops_per_example(workload)
     rows = []
     for i, batch in enumerate(rc["batches"]):
-        fit = functools.partial(MirrorfitRunner, workload, devices, batch, "fit",
-                                from_logits=True, dtype_policy=POLICY)
-        hand = functools.partial(handwritten.BatchNormTrainer, workload, mesh, batch,
-                                 compute_dtype=jnp.bfloat16)
-        cases = {"handwritten": hand(), "mirrorfit_fit": fit()}
-        if i == 0:  # issue 12's ceiling for host input: every batch already on the device
-            cases["handwritten_preplaced"] = handwritten.Preplaced(hand())
-            cases["mirrorfit_fit_host"] = fit(device_resident=False)
-        if i == len(rc["batches"]) - 1:
-            cases["mirrorfit_fit_float32"] = fit(dtype_policy="float32")
-        if rc["verbose0"]:
-            cases["mirrorfit_fit_verbose0"] = fit(verbose=0)
-        fused = rc["fused"] and i == 0
-        if fused:
-            cases["handwritten_fused"] = hand(steps_per_call=rc["spe"])
-            cases["mirrorfit_fit_spe"] = fit(steps_per_execution=rc["spe"])
-        unit = rc["spe"] * batch if fused else batch
+        cases = {name: make() for name, make in resnet_cases(cfg, workload, i, batch).items()}
+        unit = rc["spe"] * batch if rc["fused"] and i == 0 else batch
         rows += time_cases(cases, x, y, batch, unit, cfg, counter, flops, peak, "resnet18")
         del cases
         gc.collect()
@@ -303,20 +321,29 @@ def lm_module(cfg: dict) -> DecoderLM:
     return DecoderLM(lc["vocab"], lc["seq"], lc["layers"], lc["d_model"], lc["heads"], attention)
 
 
+def lm_cases(workload: Workload, batch: int) -> dict:
+    """The language model's cases: name -> runner factory."""
+    devices = len(jax.devices())
+    return {"handwritten": functools.partial(handwritten.LMTrainer, workload,
+                                             handwritten.make_mesh(devices), batch,
+                                             compute_dtype=jnp.bfloat16),
+            "mirrorfit_fit": functools.partial(MirrorfitRunner, workload, devices, batch, "fit",
+                                               from_logits=True, dtype_policy=POLICY,
+                                               metrics=()),
+            # float32 calls run XLA's attention (workloads.CausalSelfAttention)
+            "mirrorfit_fit_float32": functools.partial(MirrorfitRunner, workload, devices,
+                                                       batch, "fit", from_logits=True,
+                                                       metrics=())}
+
+
 def lm_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
     """The language model's cases, with tokens/s."""
     lc = cfg["lm"]
     module = lm_module(cfg)
     workload = Workload(module, (lc["seq"],), jnp.int32)
     x, y = make_tokens(lc["n"], lc["seq"], lc["vocab"])
-    devices, batch = len(jax.devices()), lc["batch"]
-    cases = {"handwritten": handwritten.LMTrainer(workload, handwritten.make_mesh(devices), batch,
-                                                  compute_dtype=jnp.bfloat16),
-             "mirrorfit_fit": MirrorfitRunner(workload, devices, batch, "fit", from_logits=True,
-                                              dtype_policy=POLICY, metrics=()),
-             # float32 calls run XLA's attention (workloads.CausalSelfAttention)
-             "mirrorfit_fit_float32": MirrorfitRunner(workload, devices, batch, "fit",
-                                                      from_logits=True, metrics=())}
+    batch = lc["batch"]
+    cases = {name: make() for name, make in lm_cases(workload, batch).items()}
     flops = lc["seq"] * lm_train_flops_per_token(module)
     rows = time_cases(cases, x, y, batch, batch, cfg, counter, flops, peak, "lm")
     del cases
@@ -324,8 +351,55 @@ def lm_rows(cfg: dict, counter: CompileCounter, peak: float) -> list[dict]:
     return rows
 
 
+MEMORY_CASES = (("resnet18", "handwritten"), ("resnet18", "mirrorfit_fit"),
+                ("lm", "handwritten"), ("lm", "mirrorfit_fit"))
+"""The cases ``--case-memory`` also runs alone, each in its own process, at the model's first
+batch size (issue 42: one process holding every case says nothing of any one of them)."""
+
+
+def case_memory(cfg: dict, tag: str, name: str) -> dict:
+    """Runs case ``name`` of model ``tag`` alone in this process, as `time_cases` warms it up,
+    then one timed epoch's rows; returns its row with the process's peak device memory."""
+    if tag == "resnet18":
+        rc = cfg["resnet"]
+        workload, batch = resnet_workload(cfg), rc["batches"][0]
+        x, y = make_data(workload.input_shape, rc["n"])
+        runner = resnet_cases(cfg, workload, 0, batch)[name]()
+        unit = rc["spe"] * batch if rc["fused"] else batch
+    else:
+        lc = cfg["lm"]
+        workload, batch = Workload(lm_module(cfg), (lc["seq"],), jnp.int32), lc["batch"]
+        x, y = make_tokens(lc["n"], lc["seq"], lc["vocab"])
+        runner, unit = lm_cases(workload, batch)[name](), batch
+    rows = len(x) // unit * unit
+    runner.run(x[:rows - batch // 2], y[:rows - batch // 2], 1)
+    runner.run(x[:rows], y[:rows], 1)
+    return {"model": tag, "case": name, "batch": batch, "status": "ok",
+            "peak_memory_bytes": peak_memory_bytes()}
+
+
+def run_case_memory(cfg: dict) -> list[dict]:
+    """`case_memory` of each of `MEMORY_CASES`, each in a fresh process of this script; a
+    failed process gives ``status = "crashed: <last stderr lines>"``."""
+    results = []
+    for tag, name in MEMORY_CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp) / "result.json"
+            cmd = [sys.executable, str(HERE / "gpu.py"), "--memory-case", f"{tag}/{name}",
+                   "--settings-json", json.dumps(cfg), "--result", str(result)]
+            print(f"memory of {tag} {name}, in its own process", file=sys.stderr, flush=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode or not result.exists():
+                tail = " | ".join(proc.stderr.strip().splitlines()[-5:])[-800:]
+                results.append({"model": tag, "case": name, "status": f"crashed: {tail}"})
+            else:
+                results.append(json.loads(result.read_text()))
+    return results
+
+
 def keras_specs(cfg: dict) -> list[dict]:
-    """One ``keras_gpu.py`` spec per Keras 3 case, with the mirrorfit cases' sizes."""
+    """One ``keras_gpu.py`` spec per Keras 3 case (and ``steps_per_execution`` in
+    ``cfg["keras_spe"]``), with the mirrorfit cases' sizes."""
     rc, lc = cfg["resnet"], cfg["lm"]
     specs = []
     for i, batch in enumerate(rc["batches"]):
@@ -341,7 +415,14 @@ def keras_specs(cfg: dict) -> list[dict]:
                   "rows": lc["n"] // lc["batch"] * lc["batch"]})
     for spec in specs:
         spec.update(rounds=cfg["rounds"], target_seconds=cfg["target_seconds"])
-    return specs
+    return [dict(spec, steps_per_execution=spe) for spec in specs
+            for spe in cfg.get("keras_spe", [1])]
+
+
+def keras_case(spec: dict) -> str:
+    """``keras3_fit``, or ``keras3_fit_spe32`` for ``steps_per_execution=32``."""
+    spe = spec.get("steps_per_execution", 1)
+    return "keras3_fit" if spe == 1 else f"keras3_fit_spe{spe}"
 
 
 def run_keras(specs: list[dict], python: str | None, reason: str) -> list[dict]:
@@ -362,7 +443,8 @@ def run_keras(specs: list[dict], python: str | None, reason: str) -> list[dict]:
             result = Path(tmp) / "result.json"
             cmd = [python, str(HERE / "keras_gpu.py"), "--spec", json.dumps(spec),
                    "--result", str(result)]
-            print(f"keras3 {spec['model']} batch {spec['batch']}", file=sys.stderr, flush=True)
+            print(f"keras3 {spec['model']} batch {spec['batch']} steps_per_execution "
+                  f"{spec.get('steps_per_execution', 1)}", file=sys.stderr, flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode or not result.exists():
                 tail = " | ".join(proc.stderr.strip().splitlines()[-5:])[-800:]
@@ -373,19 +455,20 @@ def run_keras(specs: list[dict], python: str | None, reason: str) -> list[dict]:
 
 
 def keras_rows(results: list[dict], rows: list[dict], cfg: dict, peak: float) -> list[dict]:
-    """The Keras 3 rows, and ``vs_keras3`` (mirrorfit ``fit`` / Keras 3 ``fit``) on ``rows``."""
+    """The Keras 3 rows, and ``vs_keras3`` (mirrorfit ``fit`` / Keras 3 ``fit``; with
+    ``steps_per_execution`` K > 1, ``vs_keras3_speK``) on ``rows``."""
     out = []
     for result in results:
         spec = result.pop("spec")
-        tag = spec["model"]
+        tag, case = spec["model"], keras_case(spec)
         fit = next((r for r in rows if (r["model"], r["batch"], r["case"], r["status"])
                     == (tag, spec["batch"], "mirrorfit_fit", "ok")), None)
-        row = {"model": tag, "case": "keras3_fit", "batch": spec["batch"]}
+        row = {"model": tag, "case": case, "batch": spec["batch"]}
         row.update(result)
         if result["status"] == "ok" and fit is not None:
             row.update(rates(row.pop("examples_per_s"), fit["flops_per_example"], peak))
-            fit["vs_keras3"] = (fit["examples_per_s"]["median"]
-                                / row["examples_per_s"]["median"])
+            fit[case.replace("keras3_fit", "vs_keras3")] = (
+                fit["examples_per_s"]["median"] / row["examples_per_s"]["median"])
         out.append(row)
     return out
 
@@ -407,7 +490,8 @@ def _row(r: dict, per: int) -> str:
         return f"| {r['batch']} | {r['case']} | {r['status'][:200]} | | | | | | | | |"
     e = r["examples_per_s"]
     ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "—"
-    keras = f"{r['vs_keras3']:.2f}x" if "vs_keras3" in r else "—"
+    keras = "; ".join(f"{r[k]:.2f}x" + (f" (K={k[len('vs_keras3_spe'):]})" if k != "vs_keras3"
+                                         else "") for k in r if k.startswith("vs_keras3")) or "—"
     if "vs_preplaced" in r:
         ratio += f" ({r['vs_preplaced']:.2f}x pre-placed)"
     if "bf16_speedup" in r:
@@ -420,13 +504,19 @@ def _row(r: dict, per: int) -> str:
 
 
 def _memory(report: dict, model: str) -> list[str]:
-    """The peak-memory line under a model's table, where it was measured."""
+    """The peak-memory line under a model's table, where it was measured: this process's
+    high-water mark after the model's cases, each ``--case-memory`` case's and each Keras
+    case's own process."""
     mirrorfit = report.get("peak_memory_bytes", {}).get(model)
-    keras = [r["peak_memory_bytes"] for r in report["results"]
+    alone = [r for r in report.get("memory_by_case", [])
+             if r["model"] == model and r.get("peak_memory_bytes")]
+    keras = [r for r in report["results"]
              if r["model"] == model and r.get("peak_memory_bytes")]
     parts = ([f"mirrorfit's process after this model's cases {mirrorfit / 2**30:.1f} GiB"]
              if mirrorfit else [])
-    parts += [f"Keras 3's process {max(keras) / 2**30:.1f} GiB"] if keras else []
+    parts += [f"`{r['case']}` alone {r['peak_memory_bytes'] / 2**30:.1f} GiB" for r in alone]
+    parts += [f"`{r['case']}` (Keras 3, its own process) {r['peak_memory_bytes'] / 2**30:.1f} GiB"
+              for r in keras]
     return ["", "Peak device memory (`peak_bytes_in_use`): " + "; ".join(parts) + "."] if parts else []
 
 
@@ -484,6 +574,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="wheels from keras_wheels.sh, for a Keras venv made offline")
     p.add_argument("--keras-venv", type=Path, default=HERE.parent / ".peer-venv" / "keras3",
                    help="where that venv is made (reused when ready)")
+    p.add_argument("--case-memory", action="store_true",
+                   help="also run each of MEMORY_CASES alone, in its own process, for its "
+                        "peak device memory (before this process touches the device)")
+    p.add_argument("--memory-case", help=argparse.SUPPRESS)  # MODEL/CASE: the worker's
+    p.add_argument("--settings-json", help=argparse.SUPPRESS)
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.keras_only != (args.merge_into is not None):
         p.error("--keras-only and --merge-into REPORT.json go together: the Keras cases are "
@@ -500,8 +596,13 @@ def keras_cases(args, cfg: dict) -> list[dict]:
     return run_keras(keras_specs(cfg), python, reason)
 
 
-def main(argv=None) -> Path:
+def main(argv=None) -> Path | None:
     args = parse_args(argv)
+    if args.memory_case:  # a worker of run_case_memory
+        tag, name = args.memory_case.split("/")
+        result = case_memory(json.loads(args.settings_json), tag, name)
+        args.result.write_text(json.dumps(result))
+        return None
     if args.keras_only:
         report = json.loads(args.merge_into.read_text())
         results = keras_cases(args, report["settings"])
@@ -512,6 +613,7 @@ def main(argv=None) -> Path:
     cfg = short_settings() if args.short else settings(args.quick)
     # Keras first, in its own processes, while this one has not touched the device.
     keras_results = keras_cases(args, cfg)
+    memory = run_case_memory(cfg) if args.case_memory else []  # each alone, device untouched
     counter = CompileCounter()
     module = lm_module(cfg)
     peak = matmul_peak(cfg["matmul_n"])
@@ -520,7 +622,7 @@ def main(argv=None) -> Path:
               "quick": args.quick, "short": args.short, "settings": cfg,
               "matmul_peak_tflops": peak / 1e12, "lm_params": lm_params_for_mfu(module),
               "lm_attention": module.attention or "xla", "results": [],
-              "peak_memory_bytes": {}}
+              "peak_memory_bytes": {}, "memory_by_case": memory}
     for tag, rows_of in (("resnet18", resnet_rows), ("lm", lm_rows)):
         try:
             report["results"] += rows_of(cfg, counter, peak)

@@ -12,7 +12,11 @@ This is the loop a JAX expert writes by hand for MirroredStrategy-style data par
   explicit ``pmean`` would all-reduce every gradient twice (and sum rather than average);
 * at most 2 steps in flight: after dispatching step k, block on step k-1's output. Queuing many
   collective steps on a multi-device CPU backend deadlocks XLA ("Termination timeout for all
-  reduce"), and 2 in flight already overlaps input gathering with compute.
+  reduce"), and 2 in flight already overlaps input gathering with compute;
+* the loss is the crossentropy ``mirrorfit``'s ``fit`` compiles, called as its public function
+  (``mf.losses.sparse_categorical_crossentropy``: on probabilities, Keras' formula; on logits,
+  the custom-VJP one with no scatter in its gradient), so ``fit`` against a hand-written loop
+  compares equal programs (issue 42); the Keras peers keep Keras' own.
 
 Every runner's ``run(x, y, repeats)`` blocks until the device work is done and returns the number
 of examples processed.
@@ -27,6 +31,7 @@ import optax
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+import mirrorfit as mf
 from workloads import Workload
 
 AXIS = "batch"
@@ -41,10 +46,12 @@ def make_mesh(num_devices: int) -> Mesh:
     return Mesh(np.array(jax.devices()[:num_devices]), (AXIS,))
 
 
-def sparse_categorical_crossentropy(probs: jax.Array, labels: jax.Array) -> jax.Array:
-    """Per-example loss ``[batch]`` from probabilities ``[batch, classes]`` and int labels ``[batch]``."""
-    picked = jnp.take_along_axis(probs, labels[:, None], axis=1)[:, 0]
-    return -jnp.log(jnp.clip(picked, 1e-7, 1.0))
+def sparse_categorical_crossentropy(outputs: jax.Array, labels: jax.Array,
+                                    from_logits: bool = False) -> jax.Array:
+    """Per-example loss ``[batch, ...]`` from probabilities (or logits) ``[batch, ...,
+    classes]`` and int labels ``[batch, ...]``: ``fit``'s, ``mf.losses.
+    sparse_categorical_crossentropy``."""
+    return mf.losses.sparse_categorical_crossentropy(labels, outputs, from_logits=from_logits)
 
 
 def init_params(workload: Workload, mesh: Mesh, seed: int = 0):
@@ -320,18 +327,22 @@ class BatchNormTrainer(Trainer):
     Same loop as `Trainer` (replicated, donated state; ``lax.pmean`` of the gradients; at most 2
     calls in flight; ``steps_per_call > 1`` scans over stacked batches), with the ``batch_stats``
     collection carried and ``pmean``-ed like the gradients, and
-    ``optax.softmax_cross_entropy_with_integer_labels`` on float32 logits as the loss.
+    `sparse_categorical_crossentropy` of float32 logits as the loss.
 
     With ``compute_dtype`` (e.g. ``jnp.bfloat16``) it does by hand what
     ``dtype_policy="mixed_bfloat16"`` does in ``mirrorfit``: inside the step, the float32 params
-    and the floating inputs are cast to ``compute_dtype`` before the forward pass, the logits
-    cast back to float32 before the loss, and the ``batch_stats`` kept float32; the gradients
-    (of the float32 params, through the casts) and the Adam state stay float32.
+    (but the top-level modules named in ``uncast``, as the policy leaves ``mf.layers.
+    Embedding``'s table) and the floating inputs are cast to ``compute_dtype`` before the
+    forward pass, the logits cast back to float32 before the loss, and the ``batch_stats``
+    kept float32; the gradients (of the float32 params, through the casts) and the Adam state
+    stay float32.
 
     Args:
         workload, mesh, batch_size, steps_per_call, seed: as `Trainer`.
         compute_dtype: the forward pass's dtype; ``None``: the params' own (float32).
     """
+
+    uncast: tuple[str, ...] = ()  # top-level modules whose params are not cast
 
     def __init__(self, workload: Workload, mesh: Mesh, batch_size: int, steps_per_call: int = 1,
                  seed: int = 0, compute_dtype=None):
@@ -343,8 +354,12 @@ class BatchNormTrainer(Trainer):
         if self.compute_dtype is None:
             return apply_fn
 
+        def cast_params(params):
+            return {k: v if k in self.uncast else _cast_floating(v, self.compute_dtype)
+                    for k, v in params.items()}
+
         def forward(variables, x, **kwargs):
-            cast = {k: v if k == "batch_stats" else _cast_floating(v, self.compute_dtype)
+            cast = {k: v if k == "batch_stats" else cast_params(v)
                     for k, v in variables.items()}
             out = apply_fn(cast, _cast_floating(x, self.compute_dtype), **kwargs)
             if isinstance(out, tuple):  # (logits, mutated collections)
@@ -371,7 +386,7 @@ class BatchNormTrainer(Trainer):
             def loss_fn(p):
                 logits, updates = apply_fn({"params": p, "batch_stats": batch_stats}, x,
                                            train=True, mutable=["batch_stats"])
-                loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+                loss = sparse_categorical_crossentropy(logits, y, from_logits=True).mean()
                 return loss, updates["batch_stats"]
 
             (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
@@ -387,9 +402,13 @@ class LMTrainer(BatchNormTrainer):
 
     The same loop and policy casts as `BatchNormTrainer`, for a module with params only:
     tokens ``[batch, seq]`` in, logits ``[batch, seq, vocab]`` out, and the loss
-    ``optax.softmax_cross_entropy_with_integer_labels`` on float32 logits, averaged over every
-    token of the per-replica batch, then ``lax.pmean``-ed with the gradients.
+    `sparse_categorical_crossentropy` of float32 logits, averaged over every token of the
+    per-replica batch, then ``lax.pmean``-ed with the gradients. The token embedding's table
+    (``wte``, an ``mf.layers.Embedding``) is not cast: it gathers float32 rows, as under the
+    policy.
     """
+
+    uncast = ("wte",)
 
     def _init(self, workload: Workload, mesh: Mesh, tx, seed: int):
         """Replicated ``(params, opt_state)`` and the step that carries them."""
@@ -404,7 +423,7 @@ class LMTrainer(BatchNormTrainer):
 
             def loss_fn(p):
                 logits = apply_fn({"params": p}, tokens)
-                return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+                return sparse_categorical_crossentropy(logits, targets, from_logits=True).mean()
 
             loss, grads = jax.value_and_grad(loss_fn)(params)
             grads, loss = lax.pmean((grads, loss), AXIS)

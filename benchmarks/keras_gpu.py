@@ -7,7 +7,7 @@ architecture (``peers.keras_resnet18`` or ``peers.keras_decoder_lm``) on the sam
 data, under ``keras.mixed_precision.set_global_policy("mixed_bfloat16")`` (the language model's attention
 with ``flash_attention=True``, i.e. cuDNN, when the device is a GPU), with
 ``optimizer="adam"`` (Keras defaults) and sparse categorical crossentropy from logits, at the
-same global batch. The ResNet adds the accuracy metric, as mirrorfit's ``fit`` case.
+same global batch and the spec's ``steps_per_execution`` (default 1). The ResNet adds the accuracy metric, as mirrorfit's ``fit`` case.
 
 It warms up with one ``fit`` over ``warm_rows`` rows (compilation, ending in a partial
 batch), times one epoch over ``rows`` rows to pick the epochs per repeat (about
@@ -42,7 +42,8 @@ def build(keras, spec: dict):
         x, y = make_tokens(spec["n"], arch["seq"], arch["vocab"])
         metrics = []
     model.compile(optimizer="adam", metrics=metrics,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=spec.get("steps_per_execution", 1))
     return model, x, y
 
 

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import mirrorfit as mf
 from synthetic import input_shape
 
 
@@ -112,6 +113,13 @@ class DecoderLM(nn.Module):
     GPT-2). Inputs int tokens ``[batch, seq]``, outputs logits ``[batch, seq, vocab]``. A
     float32 module like `ResNet18`: bf16 compute comes from the policy (or the hand-written
     casts). LayerNorm epsilon 1e-5 and GELU's tanh approximation, as GPT-2.
+
+    The token embedding is ``mf.layers.Embedding`` (``wte``, initialized as GPT-2's, N(0,
+    0.02)), as Keras' ``Embedding`` in the Keras twin: a dtype policy leaves its table float32,
+    the rows looked up are cast to the compute dtype (that of the position table, which the
+    policy casts), and only the tied output layer reads the table whole, cast as a Dense
+    kernel would be. (``nn.Embed`` would get a bf16 copy of the whole table and its gradient
+    as a bf16 scatter-add: issue 42.) The hand-written loop leaves ``wte`` uncast too.
     """
 
     vocab: int = 50_304  # GPT-2's 50,257 padded to a multiple of 64
@@ -123,15 +131,17 @@ class DecoderLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens):
-        embed = nn.Embed(self.vocab, self.d_model, name="wte")
+        embed = mf.layers.Embedding(self.vocab, self.d_model, name="wte",
+                                    embeddings_initializer=nn.initializers.normal(0.02))
         positions = self.param("wpe", nn.initializers.normal(0.02), (self.seq, self.d_model))
-        x = embed(tokens) + positions[:tokens.shape[1]]
+        x = embed(tokens).astype(positions.dtype) + positions[:tokens.shape[1]]
         norm = functools.partial(nn.LayerNorm, epsilon=1e-5)
         for _ in range(self.layers):
             x = x + CausalSelfAttention(self.heads, self.attention)(norm()(x))
             h = nn.gelu(nn.Dense(4 * self.d_model)(norm()(x)))
             x = x + nn.Dense(self.d_model)(h)
-        return embed.attend(norm()(x))
+        h = norm()(x)
+        return h @ embed.variables["params"]["embeddings"].astype(h.dtype).T
 
 
 def lm_params_for_mfu(module: DecoderLM) -> int:

@@ -115,3 +115,22 @@ def all_reduce_operands(hlo):
     of operand names per all-reduce instruction, in program order."""
     lines = [line for line in hlo.splitlines() if " all-reduce(" in line]
     return [line.split(" all-reduce(")[1].split(")")[0].split(", ") for line in lines]
+
+
+def cuda_ops(fn, *args):
+    """``(op name, operand types, result types)`` of every op of ``jax.jit(fn)`` lowered for
+    CUDA (no GPU needed), in every function of the module; types as text
+    (``"tensor<50x8xbf16>"``)."""
+    module = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).compiler_ir(
+        "stablehlo")
+    found = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    found.append((child.operation.name, [str(v.type) for v in child.operands],
+                                  [str(v.type) for v in child.results]))
+                    walk(child.operation)
+    walk(module.operation)
+    return found

@@ -180,8 +180,8 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick",
                            "--out", str(tmp_path), "--keras-wheels", str(tmp_path / "none"),
-                           "--keras-venv", str(tmp_path / "venv")],
-                          capture_output=True, text=True, timeout=600, env=env)
+                           "--keras-venv", str(tmp_path / "venv"), "--case-memory"],
+                          capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     [path] = tmp_path.glob("cpu-*.json")
     assert "tokens/s" in path.with_suffix(".md").read_text()
@@ -191,6 +191,9 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
         "handwritten", "mirrorfit_fit", "mirrorfit_fit_float32", "keras3_fit")} | {
             ("resnet18", "handwritten_preplaced"), ("resnet18", "mirrorfit_fit_host")}
     assert report["matmul_peak_tflops"] > 0
+    # each of these cases also ran alone, in its own process (the CPU reports no peak)
+    assert [(r["model"], r["case"], r["status"]) for r in report["memory_by_case"]] == [
+        (m, c, "ok") for m in ("resnet18", "lm") for c in ("handwritten", "mirrorfit_fit")]
     for key, r in rows.items():
         if key[1] == "keras3_fit" and r["status"] != "ok":
             assert r["status"].startswith("unavailable: keras is not importable"), r["status"]
@@ -219,6 +222,23 @@ def test_gpu_quick_writes_json_with_ratios_and_mfu(tmp_path):
     head = lm["d_model"] // lm["heads"]
     per_token = 6 * report["lm_params"] + 12 * lm["layers"] * lm["heads"] * head * lm["seq"]
     assert rows["lm", "handwritten"]["flops_per_example"] == lm["seq"] * per_token
+
+
+def test_gpu_short_runs_keras_at_one_and_32_steps_per_execution():
+    """Issue 42: ``--short`` times each Keras 3 case at ``steps_per_execution`` 1 and 32, each
+    in its own process, and reports ``fit`` against both."""
+    import gpu
+
+    specs = gpu.keras_specs(gpu.short_settings())
+    assert [(s["model"], s["steps_per_execution"]) for s in specs] == [
+        ("resnet18", 1), ("resnet18", 32), ("lm", 1), ("lm", 32)]
+    fit = {"model": "lm", "batch": 32, "case": "mirrorfit_fit", "status": "ok",
+           "flops_per_example": 1.0, "examples_per_s": {"median": 6.0}}
+    results = [{"spec": spec, "status": "ok", "examples_per_s": [rate]}
+               for spec, rate in zip(specs[2:], (3.0, 4.0))]
+    rows = gpu.keras_rows(results, [fit], {}, peak=1.0)
+    assert [r["case"] for r in rows] == ["keras3_fit", "keras3_fit_spe32"]
+    assert (fit["vs_keras3"], fit["vs_keras3_spe32"]) == (2.0, 1.5)
 
 
 def test_gpu_lm_at_full_size_is_gpt2_small():

@@ -2,6 +2,7 @@
 dtypes inside and outside the compiled step, replica-count agreement, skipped overflow steps,
 scale growth, and a float16 kill-and-resume (tests/callbacks/resume_harness.py)."""
 
+import functools
 import json
 import signal
 
@@ -15,10 +16,11 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import mirrorfit as mf
+from mirrorfit._src.modules import adapters, mixed_precision
 from mirrorfit._src.trainers import data_adapters
 from mirrorfit._src.distribute.batch import place_batches
 from tests.callbacks.resume_harness import assert_same_result, backup_steps, finish, result, start
-from tests.helpers import all_reduce_operands, mirrored_strategy, tree_equal
+from tests.helpers import all_reduce_operands, cuda_ops, mirrored_strategy, tree_equal
 
 LSO = mf.optimizers.LossScaleOptimizer
 
@@ -304,3 +306,51 @@ def test_float16_overflow_on_every_step_keeps_the_scale_at_its_floor_and_warns_o
     assert float(model.state.opt_state.dynamic_scale) == 1.0
     tree_equal(model.get_weights(), before)  # every update skipped, weights finite
     assert all(np.isfinite(w).all() for w in jax.tree.leaves(model.get_weights()))
+
+
+class _EmbedNet(nn.Module):
+    """mf.layers.Embedding nested in a Flax module (its table at params/embed/embeddings)."""
+
+    @nn.compact
+    def __call__(self, tokens):
+        rows = mf.layers.Embedding(500, 16, name="embed")(tokens)
+        return nn.Dense(3)(rows.reshape(rows.shape[0], -1))
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_policy_leaves_the_embedding_table_uncast_with_todays_values(policy):
+    tokens = jnp.asarray(np.random.default_rng(0).permutation(500)[:24].reshape(4, 6))
+    adapter = mixed_precision.PolicyAdapter(adapters.LinenAdapter(_EmbedNet()),
+                                            mf.mixed_precision.Policy(policy))
+    params, state = adapter.init(jax.random.key(0), tokens)
+    assert adapter._uncast == {("embed", "embeddings")}
+    before = mixed_precision.PolicyAdapter(adapter.inner, adapter.policy)
+    before._uncast = frozenset()  # the policy's casts before: every param cast whole
+
+    def loss(p, adapter):
+        return adapter.apply(p, state, tokens, train=True, rng=jax.random.key(1))[0].sum()
+
+    # Unique tokens: each row's gradient is rounded once either way, so all are equal.
+    for ours, todays in zip(jax.value_and_grad(loss)(params, adapter),
+                            jax.value_and_grad(loss)(params, before)):
+        tree_equal(ours, todays)
+    ops = cuda_ops(jax.value_and_grad(functools.partial(loss, adapter=adapter)), params)
+    assert not [op for op in ops if op[0] == "stablehlo.convert" and "tensor<500x16x" in str(op)]
+    assert [op[2] for op in ops if op[0] == "stablehlo.scatter"] == [["tensor<500x16xf32>"]]
+
+
+def test_embedding_in_a_sequential_under_a_mixed_policy_predicts_as_before():
+    tokens = np.random.default_rng(0).integers(0, 50, (8, 5)).astype(np.int32)
+
+    def sequential(policy):
+        with mirrored_strategy(1).scope():
+            return mf.Sequential([mf.layers.Input((5,), dtype="int32"),
+                                  mf.layers.Embedding(50, 4), mf.layers.Flatten(),
+                                  mf.layers.Dense(3)], seed=2, dtype_policy=policy)
+
+    mixed, reference = sequential("mixed_bfloat16"), sequential("float32")
+    # Before: every weight (the table too) cast to bf16 whole, the layers computing in float32.
+    reference.set_weights([np.asarray(jnp.asarray(w).astype(jnp.bfloat16).astype(jnp.float32))
+                           for w in mixed.get_weights()])
+    np.testing.assert_array_equal(mixed.predict(tokens, verbose=0),
+                                  reference.predict(tokens, verbose=0))

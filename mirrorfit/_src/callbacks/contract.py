@@ -46,6 +46,15 @@ class StepCost(NamedTuple):
     #                      XLA's cost-analysis estimate; None where the backend gives none
 
 
+class ProgramTrap(NamedTuple):
+    """A trap found in a train step's program (`TrainingLoop.audit_train_step`,
+    ``mf.utils.audit_step``; the kinds are `mirrorfit._src.trainers.audit` 's)."""
+
+    kind: str  # "logits_scatter", "half_scatter_add", "table_convert", "collective", "undonated"
+    layer: str  # the layer's module path (e.g. "wte"), or the state leaf; "" if unknown
+    message: str  # what was found and what to do
+
+
 class TrainingLoop(Protocol):
     """The trainer as callbacks see it (``model.trainer``).
 
@@ -84,5 +93,12 @@ class TrainingLoop(Protocol):
         Call it in ``fit`` after the first train call has returned (``on_train_batch_end``
         or later); it reuses the compiled step, so it does not compile again. Calls cost a
         lowering each: call it once per ``fit``.
+        """
+        ...
+
+    def audit_train_step(self, platform: str | None = None) -> list[ProgramTrap]:
+        """The `ProgramTrap` s of the running ``fit`` 's train step lowered for ``platform``
+        (``"cuda"`` works without a GPU; ``None``: the step's devices). Call it as
+        `train_step_cost`; each call lowers the step again.
         """
         ...

@@ -79,15 +79,26 @@ class ThroughputMonitor(Callback):
     Put it before the loggers (``CSVLogger``, ``TensorBoard``) in ``callbacks``, so they
     see its values.
 
+    With ``audit``, after the first train call of each ``fit`` (outside the timed span) it
+    checks the program of the compiled train step as ``mf.utils.audit_step`` does, and warns
+    (a `MirrorfitWarning` naming the layer) of each trap that costs an accelerator time or
+    memory: a scatter into a logits-sized buffer, a half-precision scatter-add into a float32
+    param, a gather from a half-precision copy of a whole table, a collective in a one-replica
+    step, a state leaf not donated.
+
     Args:
         peak_flops: peak FLOP/s of one device (replica) for ``mfu``; ``None`` looks the
             device kind up in `PEAK_FLOPS` (dense bf16 datasheet peaks: for float32 steps
             give the float32 peak). Without either (on the CPU, an unlisted accelerator),
             ``mfu`` is not logged; on an unlisted accelerator a warning says so once per
             ``fit``.
+        audit: ``True`` audits the step as lowered for the model's devices; a platform name
+            (``"cuda"``, ``"rocm"``, ``"tpu"``) audits it lowered for that platform, which
+            needs no such device; ``False`` (default): no audit.
 
     Raises:
-        ValueError: for a ``peak_flops`` that is not a positive number.
+        ValueError: for a ``peak_flops`` that is not a positive number, or an ``audit`` that
+            is neither a bool nor a platform name.
 
     Example:
         >>> monitor = ThroughputMonitor()  # mfu too on a device listed in PEAK_FLOPS
@@ -96,14 +107,18 @@ class ThroughputMonitor(Callback):
         ['examples_per_second', 'loss', 'steps_per_second', 'tflops_per_second']
     """
 
-    def __init__(self, peak_flops: float | None = None):
+    def __init__(self, peak_flops: float | None = None, audit: bool | str = False):
         super().__init__()
         if peak_flops is not None and (isinstance(peak_flops, bool) or not isinstance(
                 peak_flops, numbers.Real) or not peak_flops > 0):
             raise ValueError("ThroughputMonitor peak_flops must be a positive number of "
                              "FLOP/s per device (e.g. 989e12 for an H100 SXM in bf16), or "
                              f"None to look it up. Received: peak_flops={peak_flops!r}")
+        if not isinstance(audit, (bool, str)) or audit == "":
+            raise ValueError("ThroughputMonitor audit must be True, False or a platform name "
+                             f"such as 'cuda'. Received: audit={audit!r}")
         self.peak_flops = None if peak_flops is None else float(peak_flops)
+        self.audit = audit
         self._cost: Any = None  # the fit's `StepCost`, read at its first epoch end
         self._peak: float | None = None
         self._start: tuple[float, int] | None = None  # (clock, steps done) at the span start
@@ -143,6 +158,10 @@ class ThroughputMonitor(Callback):
             jax.block_until_ready((self.model.state, progress.statistics))
             if self._first_call:
                 self._first_call = False
+                if self.audit:
+                    platform = None if self.audit is True else self.audit
+                    for trap in self.model.trainer.audit_train_step(platform):
+                        warnings.warn(trap.message, MirrorfitWarning, stacklevel=2)
                 self._start = (perf_counter(), progress.step)
             if progress.end_of_epoch:
                 self._end = (perf_counter(), progress.step)

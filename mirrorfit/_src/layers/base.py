@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from mirrorfit._src.layers import (
     activations,
     constraints,
+    dtype_policy,
     flax_bridge,
     functional,
     initializers,
@@ -111,6 +112,9 @@ class FlaxLayer(nn.Module):
     input_shape: Any = layer_field(default=None, kw_only=True)
     # Keras' ``supports_masking``: the layer passes a mask on (or computes its own).
     supports_masking: ClassVar[bool] = False
+    # Keras' ``Layer.autocast``: False for a layer whose weights no policy casts whole; it
+    # casts what it reads of them (`cast_read`), as Keras' ``Embedding`` its rows.
+    autocast: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -218,14 +222,28 @@ class FlaxLayer(nn.Module):
     # -- weights ----------------------------------------------------------------------
     def weight(self, name: str, initializer: Any, shape: tuple[int, ...],
                regularizer: Any = None) -> jax.Array:
-        """Creates (or reads) float32 param ``name``, sows its penalty, casts it to compute."""
+        """Creates (or reads) float32 param ``name``, sows its penalty, casts it to compute.
+
+        A layer with ``autocast = False`` gets the param as stored, and no model policy casts
+        it (`mirrorfit._src.layers.dtype_policy.keep_uncast`): it casts what it reads of it
+        with `cast_read`.
+        """
         value = self.param(name, initializers.get(initializer), shape, jnp.float32)
         if self.is_initializing():
             self._check_constraint_applies(name)
+            if not self.autocast:
+                dtype_policy.keep_uncast((*self.path, name))
         penalty = regularizers.get(regularizer)
         if penalty is not None and not self.is_initializing():
             self.sow(LOSSES, f"{name}_regularizer", penalty(value))
-        return value.astype(self.compute_dtype)
+        return value.astype(self.compute_dtype) if self.autocast else value
+
+    def cast_read(self, values: jax.Array) -> jax.Array:
+        """Values read from an uncast weight (``autocast = False``), cast as the whole weight
+        would have been: to the model policy's compute dtype (`dtype_policy.autocast_dtype`),
+        if one is running, then to the layer's."""
+        outer = dtype_policy.autocast_dtype()
+        return (values if outer is None else values.astype(outer)).astype(self.compute_dtype)
 
     def _check_constraint_applies(self, name: str) -> None:
         """Warns when ``name`` has a constraint that no trainer would apply: the layer is

@@ -119,7 +119,13 @@ class Embedding(FlaxLayer):
     projected by ``embeddings_constraint`` after every optimizer update.
     With ``mask_zero=True`` index 0 is padding: the layer's output mask is ``inputs != 0``,
     which the next layers (`LSTM`, `GlobalAveragePooling1D`, ...) honour, as Keras.
+
+    As Keras' (``autocast = False``), it gathers the rows from the float32 table and casts the
+    rows to the compute dtype, under a mixed policy too: a step's cost follows the rows looked
+    up, not the table's size, and the table's gradient is a float32 scatter-add of the rows'.
     """
+
+    autocast: ClassVar[bool] = False
 
     input_dim: int
     output_dim: int
@@ -139,7 +145,8 @@ class Embedding(FlaxLayer):
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
         table = self.weight("embeddings", self.embeddings_initializer,
                             (self.input_dim, self.output_dim), self.embeddings_regularizer)
-        return self.activity(jnp.take(table, jnp.asarray(inputs).astype(jnp.int32), axis=0))
+        rows = jnp.take(table, jnp.asarray(inputs).astype(jnp.int32), axis=0)
+        return self.activity(self.cast_read(rows))
 
 
 @register

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from mirrorfit._src.layers import dtype_policy
 from mirrorfit._src.layers.constraints import layer_constraints
 from mirrorfit._src.layers.name_scope import unique_name, weight_path
 from mirrorfit._src.utils.naming import snake_case
@@ -59,7 +60,8 @@ def _create(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> dict[str,
     """The module's collections as Variables, from ``module.init`` on zeros of the inputs'
     shapes (initialisers depend on shapes and the key only)."""
     rngs = {"params": call_context.init_rng(), "dropout": call_context.init_rng()}
-    with jax.ensure_compile_time_eval():
+    # Its weights are Variables, the paths of its own params none of an enclosing model's.
+    with jax.ensure_compile_time_eval(), dtype_policy.uncast_weights():
         call_kwargs: dict[str, Any] = {**_concrete_zeros(kwargs), **_mode_kwargs(module, False)}
         variables = dict(module.init(rngs, *_concrete_zeros(args), **call_kwargs))
     variables.pop(LOSSES, None)

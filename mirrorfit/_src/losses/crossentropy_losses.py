@@ -1,7 +1,8 @@
 """Keras' crossentropy losses, plain and focal, as functions and `Loss` classes.
 
 Formulas and defaults follow ``keras/src/losses/losses.py``. With ``from_logits=True`` they use
-``optax.losses``. With probabilities they compute Keras' formula directly: probabilities are
+``optax.losses``, but for integer labels `softmax_crossentropy_with_integer_labels`, optax's
+formula with a gradient that scatters nothing. With probabilities they compute Keras' formula directly: probabilities are
 clipped to ``[EPSILON, 1 - EPSILON]`` (categorical ones renormalized to sum to 1 first) before
 their log is taken. Handing ``log(p)`` to an optax loss as logits would add a log-softmax
 Keras does not compute. Outputs that are clearly not probabilities can be flagged per example
@@ -163,13 +164,61 @@ def categorical_focal_crossentropy(y_true: jax.Array, y_pred: jax.Array, alpha: 
     return jnp.sum(alpha * (1.0 - probs) ** gamma * -labels * jnp.log(probs), axis=axis)
 
 
+@jax.custom_vjp
+def softmax_crossentropy_with_integer_labels(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """``logsumexp(logits) - logits[label]``, as ``optax.losses.
+    softmax_cross_entropy_with_integer_labels``, with a gradient that scatters nothing.
+
+    The forward pass gathers each label's logit; the backward pass writes ``g * (softmax -
+    one_hot)`` elementwise, the one-hot an iota compared with the labels. Autodiff of the gather
+    would scatter-add into a zeroed logits-sized buffer (``[batch, ..., num_classes]``, float32
+    for an LM's vocabulary), and Keras' ``one_hot * log_softmax`` materializes a one-hot in the
+    forward pass. Values and gradients are optax's bit for bit (the gradient computed as its
+    autodiff does: ``exp(logits - max) * (g / sum)``, less ``g`` at the label). The backward
+    pass keeps ``logits`` (and ``max`` and ``sum``, ``[batch, ...]``) where autodiff keeps
+    ``exp(logits - max)``: the same size, but a cheap function of the model's outputs (their
+    float32 cast, under a mixed policy), which XLA may fuse into the backward pass rather
+    than store. A negative label counts from the end, as in ``jnp.take_along_axis``; a label
+    past the last class gives NaN, as optax.
+
+    Args:
+        logits: float ``[batch, ..., num_classes]``.
+        labels: int ``[batch, ...]``.
+
+    Returns:
+        ``[batch, ...]``, the dtype of ``logits``.
+    """
+    return _crossentropy_forward(logits, labels)[0]
+
+
+def _crossentropy_forward(logits: jax.Array, labels: jax.Array):
+    """The loss and the residuals ``(logits, max, sum of exp, labels)`` of its gradient;
+    the log-sum-exp as ``jax.nn.logsumexp`` computes it."""
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top)))
+    total = jnp.sum(jnp.exp(logits - top), axis=-1)
+    picked = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    wrapped = jnp.where(labels < 0, labels + logits.shape[-1], labels)  # the index gathered
+    return (jnp.log(total) + top[..., 0]) - picked, (logits, top, total, wrapped)
+
+
+def _crossentropy_backward(residuals, g: jax.Array):
+    logits, top, total, labels = residuals
+    classes = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+    softmax_part = jnp.exp(logits - top) * (g / total)[..., None]
+    return softmax_part - jnp.where(classes == labels[..., None], g[..., None], 0), None
+
+
+softmax_crossentropy_with_integer_labels.defvjp(_crossentropy_forward, _crossentropy_backward)
+
+
 def sparse_categorical_crossentropy(y_true: jax.Array, y_pred: jax.Array,
                                     from_logits: bool = False, axis: int = -1) -> jax.Array:
     """Keras' ``sparse_categorical_crossentropy``: integer labels against class scores.
 
     With probabilities, the label's entry of the renormalized, clipped outputs is used (0 for
     a label outside ``[0, num_classes)``, as Keras' one-hot). With logits it is
-    ``optax.losses.softmax_cross_entropy_with_integer_labels``.
+    `softmax_crossentropy_with_integer_labels` (optax's values; no scatter in its gradient).
 
     Args:
         y_true: int or float labels, ``[batch, ...]`` or ``[batch, ..., 1]``.
@@ -184,7 +233,7 @@ def sparse_categorical_crossentropy(y_true: jax.Array, y_pred: jax.Array,
         y_true = jnp.squeeze(y_true, -1)
     labels = y_true.astype(jnp.int32)
     if from_logits:
-        return optax.losses.softmax_cross_entropy_with_integer_labels(y_pred, labels)
+        return softmax_crossentropy_with_integer_labels(y_pred, labels)
     one_hot = jax.nn.one_hot(labels, y_pred.shape[-1], dtype=y_pred.dtype)
     return -jnp.sum(one_hot * jnp.log(_normalized_clipped(y_pred, -1)), axis=-1)
 

@@ -9,7 +9,11 @@ Flax module from the outside, so the steps need not know about it:
 * on every forward pass (inside the compiled step) the params and the floating inputs are
   cast to the compute dtype, and the outputs back to float32, before losses and metrics;
 * the other collections (BatchNorm ``batch_stats``) are never cast: they keep the dtype
-  they were created with (float32) however the module computes its updates.
+  they were created with (float32) however the module computes its updates;
+* the weights of layers with ``autocast = False`` (``mf.layers.Embedding``'s table, as Keras'
+  ``Embedding``) are not cast either: the layer casts the rows it reads to the compute dtype
+  (`mirrorfit._src.layers.dtype_policy`), so no step converts a whole table, and the table's
+  gradient is a float32 scatter-add, not a bf16 one converted whole.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from mirrorfit._src.layers import dtype_policy
 from mirrorfit._src.modules.adapters import ModuleAdapter
 
 _POLICIES = {  # name -> (compute dtype, variable dtype), as keras.DTypePolicy._parse_name
@@ -149,6 +154,15 @@ def cast_floating(tree: Any, dtype: Any) -> Any:
         lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
 
 
+def _cast_params(params: Any, dtype: Any, uncast: frozenset[tuple[str, ...]]) -> Any:
+    """`cast_floating` of ``params`` but for the leaves at the paths in ``uncast``."""
+    def cast(path: Any, a: Any) -> Any:
+        keys = tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+        floating = jnp.issubdtype(a.dtype, jnp.floating)
+        return a.astype(dtype) if floating and keys not in uncast else a
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 def _keep_dtypes(new: Any, old: Any) -> Any:
     """``new`` with each floating leaf cast back to the dtype of the matching ``old`` leaf."""
     return jax.tree.map(
@@ -167,19 +181,32 @@ class PolicyAdapter(ModuleAdapter):
     def __init__(self, inner: ModuleAdapter, policy: Policy):
         self.inner = inner
         self.policy = policy
+        # Paths of the params the forward pass leaves uncast; known from init.
+        self._uncast: frozenset[tuple[str, ...]] | None = None
 
     def init(self, rng, x):
-        params, model_state = self.inner.init(rng, x)
+        with dtype_policy.uncast_weights() as uncast:
+            params, model_state = self.inner.init(rng, x)
+        self._uncast = frozenset(uncast)
         return cast_floating(params, self.policy.variable_dtype), model_state
+
+    def _uncast_paths(self, rng: jax.Array, x: Any) -> frozenset[tuple[str, ...]]:
+        """`dtype_policy.keep_uncast` 's paths, from an abstract init if none ran here."""
+        if self._uncast is None:
+            jax.eval_shape(self.init, *jax.tree.map(
+                lambda a: jax.ShapeDtypeStruct(jnp.shape(a), a.dtype), (rng, x)))
+        assert self._uncast is not None  # set by init
+        return self._uncast
 
     def apply_with_losses(self, params, model_state, x, *, train, rng):
         return self.apply_with_mask(params, model_state, x, train=train, rng=rng)[:3]
 
     def apply_with_mask(self, params, model_state, x, *, train, rng):
         compute = self.policy.compute_dtype
-        y, new_state, losses, mask = self.inner.apply_with_mask(
-            cast_floating(params, compute), model_state, cast_floating(x, compute),
-            train=train, rng=rng)
+        cast = _cast_params(params, compute, self._uncast_paths(rng, x))
+        with dtype_policy.autocast_scope(compute):
+            y, new_state, losses, mask = self.inner.apply_with_mask(
+                cast, model_state, cast_floating(x, compute), train=train, rng=rng)
         return (cast_floating(y, jnp.float32), _keep_dtypes(new_state, model_state),
                 cast_floating(losses, jnp.float32), mask)
 

@@ -27,11 +27,18 @@ import jax
 import numpy as np
 
 from mirrorfit._src.callbacks.callback import History, LazyLogs, chief_print
-from mirrorfit._src.callbacks.contract import Progress, ResumePoint, StepCost, TrainingLoop
+from mirrorfit._src.callbacks.contract import (
+    ProgramTrap,
+    Progress,
+    ResumePoint,
+    StepCost,
+    TrainingLoop,
+)
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute.mesh import DeviceMesh, InFlight
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.trainers import (
+    audit,
     fingerprint,
     numerics,
     object_step,
@@ -105,6 +112,10 @@ class Trainer(StepLoops, TrainingLoop):
         single = (self.config.family.train_step(self.config) if self.steps_per_execution > 1
                   else None)
         return step_cost.step_cost(self.strategy, self.train_fn, shapes, single)
+
+    def audit_train_step(self, platform: str | None = None) -> list[ProgramTrap]:
+        """`ProgramTrap` s of the running ``fit`` 's train step (`mirrorfit._src.trainers.audit`)."""
+        return audit.program_traps(audit.train_step_program(self), platform)
 
     @property
     def _train_shapes(self) -> Any:
