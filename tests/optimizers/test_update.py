@@ -90,3 +90,34 @@ def test_terminate_on_nan_stops_an_own_step_at_the_nan_batch_with_finite_weights
     # The NaN step's update was not applied: the weights are those after step 1.
     for final, before in zip(model.get_weights(), weights[1]):
         np.testing.assert_array_equal(final, before)
+
+
+class ScaledOwnStep(mf.Model):
+    """Keras 3's loss-scaling pattern in a ``train_step``: differentiate
+    ``self.optimizer.scale_loss(loss)``; ``apply`` unscales."""
+
+    def train_step(self, data):
+        x, y = data
+
+        def loss_fn():
+            loss = self.compute_loss(x, y, self(x, training=True))
+            return self.optimizer.scale_loss(loss), loss
+
+        (_, loss), grads = mf.value_and_grad(loss_fn, self.trainable_variables, has_aux=True)()
+        self.optimizer.apply(grads)
+        return {"loss": loss}
+
+
+def test_own_train_step_scales_the_loss_under_mixed_float16_as_the_builtin_one():
+    def fit(model_class):
+        with mf.MirroredStrategy(jax.devices()[:2]).scope():
+            model = model_class(Net(), input_shape=(5,), seed=3, dtype_policy="mixed_float16")
+            model.compile(mf.optimizers.Adam(0.01),
+                          mf.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False)
+        return model
+
+    builtin, own = fit(mf.Model), fit(ScaledOwnStep)
+    assert float(own.opt_state.dynamic_scale) == float(builtin.opt_state.dynamic_scale) == 2**15
+    # float16 forward passes on another grouping of the rows (per replica vs global sums).
+    tree_allclose(own.get_weights(), builtin.get_weights(), rtol=2e-3, atol=2e-3)
