@@ -110,8 +110,8 @@ class Gen(nn.Module):
     def __call__(self, z):
         x = nn.Dense(4 * 4 * 32)(z).reshape(z.shape[0], 4, 4, 32)
         for features in (32, 16):
-            x = nn.leaky_relu(nn.ConvTranspose(features, (3, 3), strides=(2, 2),
-                                               padding="SAME")(x), 0.2)
+            x = nn.leaky_relu(nn.ConvTranspose(features, (3, 3), strides=(2, 2), padding="SAME",
+                                               transpose_kernel=True)(x), 0.2)  # as Keras
         return nn.sigmoid(nn.Conv(1, (3, 3), padding="SAME")(x))
 
 

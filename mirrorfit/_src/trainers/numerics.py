@@ -2,10 +2,12 @@
 
 This module owns when the check is on (`wants_check_numerics`), how the host reads its flag
 (`non_finite_seen`) and the line printed when it stops training (`NON_FINITE_GRADIENTS`).
-The check itself is in the compiled step (`mirrorfit._src.trainers.steps`, with
-``StepConfig.check_numerics``): each replica's "gradients not all finite" flag travels in the
-step's one all-reduce, and a non-finite step's update is not applied. Off, the step is the
-same program as before.
+The check itself is in the one optimizer update (`mirrorfit._src.optimizers.update`), which
+every form of train step runs: ``fit`` picks a train step built with ``check_numerics``
+(`StepLoops.train_step_for`, a flag of the step, compiled apart; compile's configuration is
+unchanged), whose replica context turns the check on; an update whose gradients are not all
+finite on some replica is not applied and is counted in the step's statistics. Off, the step
+is the same program as before.
 """
 
 from __future__ import annotations

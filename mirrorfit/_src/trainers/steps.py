@@ -71,32 +71,23 @@ class BuiltinSteps(StepFamily):
 
         With a `LossScaleOptimizer`, the differentiated sum is multiplied by the loss scale
         over the global batch size (so the scale means what it means in Keras, which scales
-        the mean loss), and each replica's "gradients not all finite" flag travels in the
-        same all-reduce (one statistics entry). If any replica had a non-finite gradient,
-        every replica skips the update: params, other collections and the inner optimizer
-        state stay as they were, the scale halves
-        (`LossScaleOptimizer.handle_non_finite_grads`, not below its floor) and ``step``
-        advances; a step skipped with the scale already at its floor is counted
-        (`stats_lib.SKIPPED_AT_FLOOR`, warned about once per fit).
+        the mean loss). If any replica had a non-finite gradient, every replica skips the
+        update: params, other collections and the inner optimizer state stay as they were,
+        the scale halves (`LossScaleOptimizer.handle_non_finite_grads`, not below its
+        floor) and ``step`` advances; a step skipped with the scale already at its floor is
+        counted (`stats_lib.SKIPPED_AT_FLOOR`, warned about once per fit).
 
-        With ``cfg.check_numerics`` (and no loss scaling), the same flag is computed and
-        all-reduced, and a step whose gradients are not all finite on some replica, and every
-        later step of the epoch, leaves the state as it was but for ``step``, which advances
-        as for a skipped loss-scaling step: ``fit`` reads the flag after the step and stops
-        training there.
+        With ``cfg.check_numerics`` (``fit`` with TerminateOnNaN, no loss scaling), a step
+        whose gradients are not all finite on some replica, and every later step of the
+        epoch, leaves the state as it was but for ``step``, which advances as for a skipped
+        loss-scaling step: ``fit`` reads the count (`stats_lib.NON_FINITE`) after the step
+        and stops training there.
 
-        With ``cfg.shard_optimizer_state`` (ZeRO-1/2), the gradients of split leaves are
-        reduce-scattered instead (`zero.reduce_gradients`), the optimizer updates this
-        replica's blocks of the params and of its state (`blocks.block_update`, so clipping
-        norms add every block), and the new blocks are all-gathered (`zero.gather_blocks`):
-        the same new params as the all-reduce, to rounding.
-
-        With ``cfg.local_accumulation`` (``gradient_accumulation_steps=k``), only the
-        statistics are all-reduced every step: each replica scales its own gradient sum by
-        the step's global ``1 / psum_r(n_r)`` and adds it to its own accumulator slot, and
-        the update step all-reduces the accumulated sums once (`accumulation.local_gradients`),
-        so a collective over the gradients runs once per ``k`` steps. The mean the optimizer
-        sees is today's ``sum_k psum_r(...) / k``, summed in another order.
+        The one update decides the rest from the replica context and the optimizer state:
+        under ``shard_optimizer_state`` (ZeRO-1/2) the gradients of split leaves are
+        reduce-scattered, the optimizer updates this replica's blocks and the new blocks are
+        all-gathered; with per-replica accumulators (``gradient_accumulation_steps=k``) only
+        the statistics are all-reduced each step and the gradients once per applied update.
         """
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
