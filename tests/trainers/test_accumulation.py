@@ -6,6 +6,7 @@ BackupAndRestore resumes mid-cycle bitwise, and at another replica count by summ
 per-replica accumulators."""
 
 import shutil
+import warnings
 
 import flax.linen as nn
 import jax
@@ -139,3 +140,21 @@ def test_backup_and_restore_resumes_mid_cycle_bitwise_and_at_another_replica_cou
     other = _model(3, _optimizer(False))
     _fit(other, [mf.callbacks.BackupAndRestore(tmp_path / "copy", save_freq=2)])
     tree_allclose(other.get_weights(), weights, rtol=1e-5, atol=1e-6)
+
+
+def test_fit_too_short_for_one_accumulated_update_warns_and_changes_nothing():
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = mf.Model(nn.Dense(3), input_shape=(8,), seed=1)
+        model.compile(mf.optimizers.SGD(0.1, gradient_accumulation_steps=8),
+                      mf.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.get_weights()
+    with pytest.warns(mf.MirrorfitWarning, match=r"every gradient_accumulation_steps=8 train "
+                      r"steps, but this fit runs 5 \(with 0 accumulated.*at least 8 steps"):
+        model.fit(X, Y, batch_size=24, epochs=1, verbose=0)  # 5 steps
+    tree_equal(model.get_weights(), before)
+    with pytest.warns(mf.MirrorfitWarning, match=r"runs 2 \(with 5 accumulated"):
+        model.fit(X[:48], Y[:48], batch_size=24, epochs=1, verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mf.MirrorfitWarning)
+        model.fit(X[:24], Y[:24], batch_size=24, epochs=1, verbose=0)  # step 8: an update
+    assert not np.array_equal(model.get_weights()[0], before[0])

@@ -217,3 +217,16 @@ def test_gan_train_step_resumes_step_exactly_with_backup_and_restore(tmp_path, a
     allclose(resumed.params, whole.params, rtol=0)
     assert history.history["d_loss"][-1] == expected.history["d_loss"][-1]
     assert int(resumed.optimizer.iterations) == 6
+
+
+def test_compute_loss_returning_none_names_the_missing_return():
+    class Forgets(mf.Model):
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            super().compute_loss(x, y, y_pred, sample_weight, training)  # no return
+
+    with mf.MirroredStrategy(jax.devices()[:2]).scope():
+        model = Forgets(nn.Dense(2), input_shape=(4,))
+        model.compile("sgd", "mse")
+    with pytest.raises(TypeError, match=r"Forgets.compute_loss returned None: it must return "
+                                        r"the loss.*Received: None"):
+        model.fit(np.ones((8, 4), np.float32), np.ones((8, 2), np.float32), verbose=0)

@@ -32,7 +32,10 @@ from jax.sharding import PartitionSpec as P
 
 from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
-from mirrorfit._src.optimizers.accumulation import per_replica_accumulators
+from mirrorfit._src.optimizers.accumulation import (
+    GradientAccumulationState,
+    per_replica_accumulators,
+)
 from mirrorfit._src.optimizers.base import Optimizer
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.trainers.step_family import StepConfig
@@ -44,6 +47,33 @@ def accumulation_steps(optimizer: optax.GradientTransformation) -> int | None:
     while isinstance(optimizer, LossScaleOptimizer):
         optimizer = optimizer.inner_optimizer
     return optimizer.gradient_accumulation_steps if isinstance(optimizer, Optimizer) else None
+
+
+NO_UPDATE = (
+    "The optimizer applies an update every gradient_accumulation_steps={k} train steps, but "
+    "this fit runs {steps} (with {done} accumulated before it): it will change no weight. "
+    "Train for at least {needed} steps (more epochs or steps_per_epoch), or lower "
+    "gradient_accumulation_steps. Received: gradient_accumulation_steps={k} and {steps} "
+    "train steps")
+"""Warned (a `MirrorfitWarning`) when a ``fit`` ends before the first accumulated update."""
+
+
+def no_update_warning(optimizer: optax.GradientTransformation, opt_state: Any,
+                      steps: int | None) -> str | None:
+    """`NO_UPDATE` when ``optimizer`` accumulates gradients and ``steps`` more train steps
+    (``None``: unknown) cannot reach its next update from ``opt_state`` 's mini-step, else
+    ``None``."""
+    k = accumulation_steps(optimizer)
+    if k is None or steps is None:
+        return None
+    found: list[Any] = []
+    jax.tree.map(lambda node: found.append(node) if isinstance(
+        node, GradientAccumulationState) else None, opt_state,
+        is_leaf=lambda node: isinstance(node, GradientAccumulationState))
+    done = int(jax.device_get(found[0].mini_step)) if found else 0
+    if done + steps >= k:
+        return None
+    return NO_UPDATE.format(k=k, steps=steps, done=done, needed=k - done)
 
 
 def configured(config: StepConfig) -> StepConfig:

@@ -95,14 +95,27 @@ def hook_form(model: Any, name: str, base: Any) -> str | None:
     return KERAS if len(names) <= 2 else PURE
 
 
+NO_LOSS = ("{name}.compute_loss returned None: it must return the loss, a float scalar "
+           "(e.g. `return loss`, or `return super().compute_loss(x, y, y_pred, "
+           "sample_weight)` plus your terms). Received: None")
+
+
 def call_compute_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
                       training: bool) -> Any:
     """``model.compute_loss(...)``, with ``training`` only when the override takes it (Keras
-    3 before 3.3 had ``allow_empty=False`` in its place, as Keras' ``_compute_loss``)."""
+    3 before 3.3 had ``allow_empty=False`` in its place, as Keras' ``_compute_loss``).
+
+    Raises:
+        TypeError: naming ``compute_loss``, when it returns ``None`` (a missing ``return``).
+    """
     parameters = inspect.signature(model.compute_loss).parameters
     if "training" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        return model.compute_loss(x, y, y_pred, sample_weight, training=training)
-    return model.compute_loss(x, y, y_pred, sample_weight)
+        loss = model.compute_loss(x, y, y_pred, sample_weight, training=training)
+    else:
+        loss = model.compute_loss(x, y, y_pred, sample_weight)
+    if loss is None:
+        raise TypeError(NO_LOSS.format(name=type(model).__name__))
+    return loss
 
 
 def pack_data(batch: Batch, weighted: bool) -> Any:

@@ -38,6 +38,7 @@ from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute.mesh import DeviceMesh, InFlight
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.trainers import (
+    accumulation,
     audit,
     fingerprint,
     numerics,
@@ -160,6 +161,11 @@ class Trainer(StepLoops, TrainingLoop):
         callback_list = self.callback_list(model, callbacks, verbose=verbose, steps=train.steps,
                                            epochs=epochs, history=history,
                                            batch_size=train.batch_size)
+        if self.config is not None and train.steps is not None:
+            unapplied = accumulation.no_update_warning(
+                self.config.optimizer, model.opt_state, train.steps * (epochs - initial_epoch))
+            if unapplied is not None:
+                warnings.warn(unapplied, MirrorfitWarning, stacklevel=3)
         # TerminateOnNaN: this fit's steps check their updates' gradients (a step flag).
         self.check_numerics = (self.config is not None
                                and numerics.wants_check_numerics(callback_list, self.config))
