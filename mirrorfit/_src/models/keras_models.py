@@ -89,6 +89,23 @@ class ModelLayers:
                         f" use the Flax module's own attributes. Received: module of type "
                         f"{type(self.module).__name__}")
 
+    @property
+    def output_names(self) -> list[str]:
+        """The names of the layers that make the outputs, in the outputs' flat order (a dict's
+        by sorted key), as Keras 3's ``model.output_names``: a functional model with list
+        outputs takes ``compile``'s per-output ``loss``, ``loss_weights`` and ``metrics``,
+        and the targets ``y``, as dicts by these names, and logs ``<name>_loss``.
+
+        Raises:
+            AttributeError: for a model that is not of ``mirrorfit.layers`` (as a Keras
+                subclassed model has none).
+        """
+        if not is_layers_model(self.module):
+            raise AttributeError("output_names is known for functional and Sequential models "
+                                 "of mirrorfit.layers only. Received: a model of "
+                                 f"{type(self.module).__name__}")
+        return model_info.output_names(self.module)
+
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
         """The layer called ``name`` (its param-tree key), or at ``index`` of `layers`.
 
