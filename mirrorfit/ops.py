@@ -10,8 +10,9 @@ and errors are the JAX function's.
 
 Differences from Keras:
 
-- The ops take arrays, not symbolic tensors: call them inside a layer's ``call``, not on the
-  ``Input`` of a functional model.
+- On the symbolic tensors of a functional model (``ops.reshape(inputs, (-1, 4))``, also
+  Python operators and slicing), an op records a node of the model, as in Keras;
+  ``shape``, ``ndim`` and ``dtype`` answer from the tensor (``ndim`` as an int).
 - Where an op takes an array, pass an array or a scalar: Keras converts Python lists,
   ``jax.numpy`` refuses them (``ops.average(x, weights=[1, 2])`` raises a ``TypeError``).
 - ``shape`` returns a tuple of ints (JAX shapes are static); ``dtype`` a NumPy dtype, which

@@ -23,6 +23,7 @@ from mirrorfit._src.layers import functional, model_info
 from mirrorfit._src.layers import summary as summary_lib
 from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.layers.symbolic import Operation
 from mirrorfit._src.modules.adapters import KerasSequential
 
 
@@ -80,9 +81,9 @@ class ModelLayers:
         Raises:
             TypeError: for a Flax module that is neither a layers model nor a list of layers.
         """
-        if is_layers_model(self.module):
-            return [*self._host_layers,
-                    *(layer for _, layer in model_info.model_layers(self.module))]
+        if is_layers_model(self.module):  # ops recorded on symbolic tensors are no layers
+            return [*self._host_layers, *(layer for _, layer in model_info.model_layers(
+                self.module) if not isinstance(layer, Operation))]
         if isinstance(self.module, KerasSequential):
             return [*self._host_layers, *self.module.layers]
         raise TypeError("model.layers needs a model of mirrorfit.layers or an mf.Sequential list;"

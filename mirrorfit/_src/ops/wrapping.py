@@ -11,7 +11,12 @@ returned function:
   ``keepdims=``), or by ``renames``; the leading ones it names differently (``x`` for
   ``jnp.sum``'s ``a``, or positional-only) go by position;
 - reads `mirrorfit.Variable` arguments, also inside lists, tuples and dicts, as their values
-  (JAX 0.10 no longer converts objects through ``__jax_array__`` when tracing).
+  (JAX 0.10 no longer converts objects through ``__jax_array__`` when tracing);
+- given a symbolic tensor (a functional model's ``KerasTensor``, also inside lists), records
+  the call in the model being built and returns symbolic outputs, as Keras 3's
+  ``Operation.__call__`` does (``shape``, ``ndim`` and ``dtype`` answer from the tensor's own
+  shape and dtype, a ``None`` batch included). It finds them by their
+  ``__mf_symbolic_call__`` method, so this level-2 package needs no import of ``layers``.
 
 It does nothing else: dtypes, broadcasting and errors are the JAX function's.
 """
@@ -29,6 +34,17 @@ import jax
 from mirrorfit._src.variables.variable import Variable
 
 _P = inspect.Parameter
+# Ops a symbolic tensor answers itself (Keras: ``ops.shape(x)`` of a KerasTensor is x.shape).
+_STATIC = {"shape": lambda x: tuple(x.shape), "ndim": lambda x: len(x.shape),
+           "dtype": lambda x: x.dtype}
+
+
+def _symbolic_tensor(tree: Any) -> Any:
+    """The first symbolic tensor among ``tree`` 's leaves, or ``None``."""
+    for leaf in jax.tree.leaves(tree):
+        if hasattr(type(leaf), "__mf_symbolic_call__"):
+            return leaf
+    return None
 
 
 def read_variables(tree: Any) -> Any:
@@ -62,6 +78,11 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
     positional = _positional(keras, _keyword_names(fn) | set(renames), dropped)
 
     def op(*args: Any, **kwargs: Any) -> Any:
+        symbolic = _symbolic_tensor((args, kwargs))
+        if symbolic is not None:
+            if name in _STATIC:
+                return _STATIC[name](*args, **kwargs)
+            return symbolic.__mf_symbolic_call__(op, args, kwargs)
         bound = keras.bind(*args, **kwargs)
         bound.apply_defaults()
         call_args: list[Any] = []
