@@ -14,8 +14,10 @@ from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
+from mirrorfit import models as models
 from mirrorfit import ops as ops
 from mirrorfit import optimizers as optimizers
+from mirrorfit import preprocessing as preprocessing
 from mirrorfit import random as random
 from mirrorfit import regularizers as regularizers
 from mirrorfit import saving as saving
@@ -88,8 +90,10 @@ __all__ = [
     "losses",
     "metrics",
     "mixed_precision",
+    "models",
     "ops",
     "optimizers",
+    "preprocessing",
     "random",
     "regularizers",
     "saving",

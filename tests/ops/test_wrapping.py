@@ -109,3 +109,12 @@ def test_keras_op_builds_from_a_path():
     op = keras_op("total", "numpy.sum", "x, axis=None")
     assert op.__name__ == "total" and op.__wrapped__ is np.sum
     assert op(X, 0).tolist() == [3.0, 5.0, 7.0]
+
+
+def test_python_lists_are_arrays_as_keras_converts_them():
+    assert int(ops.sum([1, 2, 3])) == 6
+    np.testing.assert_array_equal(ops.sum([[1.0, 2.0], [3.0, 4.0]], axis=0), [4.0, 6.0])
+    np.testing.assert_array_equal(ops.maximum([1, 5], (3, 3)), [3, 5])
+    # stack takes a sequence of arrays: stacked along the given axis, not first converted.
+    stacked = ops.stack([jnp.ones(2), jnp.zeros(2)], axis=1)
+    np.testing.assert_array_equal(stacked, np.stack([np.ones(2), np.zeros(2)], axis=1))

@@ -13,6 +13,7 @@ that ``mf.load_model`` rebuilds it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,6 +107,20 @@ class ModelLayers:
                                  "of mirrorfit.layers only. Received: a model of "
                                  f"{type(self.module).__name__}")
         return model_info.output_names(self.module)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The architecture as JSON (layer configs, no weights), as ``keras.Model.to_json``;
+        ``mf.models.model_from_json`` builds it again. ``kwargs`` go to ``json.dumps``.
+
+        Raises:
+            ValueError: a model that is not of ``mirrorfit.layers``, or a layer (or a call
+                argument) with no config.
+        """
+        if not is_layers_model(self.module):
+            raise ValueError("to_json needs a functional or Sequential model of "
+                             "mirrorfit.layers. Received: a model of "
+                             f"{type(self.module).__name__}")
+        return json.dumps(config_lib.functional_config(self.module), **kwargs)
 
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
         """The layer called ``name`` (its param-tree key), or at ``index`` of `layers`.

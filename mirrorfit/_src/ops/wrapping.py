@@ -12,6 +12,9 @@ returned function:
   ``jnp.sum``'s ``a``, or positional-only) go by position;
 - reads `mirrorfit.Variable` arguments, also inside lists, tuples and dicts, as their values
   (JAX 0.10 no longer converts objects through ``__jax_array__`` when tracing);
+- converts a Python list or tuple given for an array parameter (``x``, ``x1``, ``x2``,
+  ``y``) to an array, as Keras' ``convert_to_tensor`` does (``ops.sum([1, 2, 3])``), except
+  where the op takes a sequence of arrays (``stack``);
 - given a symbolic tensor (a functional model's ``KerasTensor``, also inside lists), records
   the call in the model being built and returns symbolic outputs, as Keras 3's
   ``Operation.__call__`` does (``shape``, ``ndim`` and ``dtype`` answer from the tensor's own
@@ -30,10 +33,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from mirrorfit._src.variables.variable import Variable
 
 _P = inspect.Parameter
+_ARRAY_PARAMETERS = frozenset({"x", "x1", "x2", "y"})  # Keras' names of array arguments
 # Ops a symbolic tensor answers itself (Keras: ``ops.shape(x)`` of a KerasTensor is x.shape).
 _STATIC = {"shape": lambda x: tuple(x.shape), "ndim": lambda x: len(x.shape),
            "dtype": lambda x: x.dtype}
@@ -55,7 +60,7 @@ def read_variables(tree: Any) -> Any:
 
 
 def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | None = None,
-             drop: Iterable[str] = ()) -> Callable[..., Any]:
+             drop: Iterable[str] = (), sequences: Iterable[str] = ()) -> Callable[..., Any]:
     """Keras' op ``name``, computed by the function at ``path``.
 
     Args:
@@ -67,6 +72,8 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
             argument must go by name (``{"updates": "update"}``).
         drop: Keras parameters accepted and not passed on, because the function has no such
             option and Keras' JAX backend ignores them too (``unstack``'s ``num``).
+        sequences: array parameters that take a sequence of arrays (``stack``'s ``x``), so a
+            list given for them is passed on as a list.
 
     Returns:
         The op, with Keras' signature (``inspect.signature``) and a one-line docstring.
@@ -75,6 +82,7 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
     keras = _parse(signature)
     renames = dict(renames or {})
     dropped = frozenset(drop)
+    converted = _ARRAY_PARAMETERS - frozenset(sequences)
     positional = _positional(keras, _keyword_names(fn) | set(renames), dropped)
 
     def op(*args: Any, **kwargs: Any) -> Any:
@@ -92,6 +100,9 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
                 continue
             value = read_variables(value)
             kind = keras.parameters[param_name].kind
+            if (param_name in converted and isinstance(value, (list, tuple))
+                    and kind is not _P.VAR_POSITIONAL):
+                value = jnp.asarray(value)
             if kind is _P.VAR_POSITIONAL:
                 call_args.extend(value)
             elif kind is _P.VAR_KEYWORD:
