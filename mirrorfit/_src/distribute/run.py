@@ -48,7 +48,12 @@ from mirrorfit._src.distribute.values import (
     unwrap_mirrored,
 )
 from mirrorfit._src.variables import call_context
-from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, check_assigned
+from mirrorfit._src.variables.lifting import (
+    UsedVariables,
+    call_with_values,
+    check_assigned,
+    stored_value,
+)
 
 _STATIC = (bool, int, float, complex, str, type(None))
 _CALLS = threading.local()
@@ -366,7 +371,9 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
                 leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
         with call_context.call_context(rng=jax.random.key_data(rng)):
-            out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs)
+            out, new_values, this_trace = call_with_values(
+                fn, used, values, args, kwargs,
+                unmapped=None if found is None else functools.partial(_on_mesh, mesh))
         if found is not None:
             found.append(this_trace)
         else:
@@ -380,6 +387,20 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
     assigned_specs = [spec_of(mesh, v.value) for v in used.assigned]
     return compile_per_replica(mesh, per_replica, ([*read_specs, P()], *specs),
                                (P(BATCH_AXIS), assigned_specs), masked=has_mask)
+
+
+def _on_mesh(mesh: DeviceMesh, variable: Any) -> Any:
+    """A variable's stored value as the first (shape-finding) trace reads it: placed on
+    ``mesh`` when it lives on other devices (a model created outside ``strategy.scope()``;
+    the compiled call copies it there too), since an array of another mesh cannot enter a
+    per-replica function of this one."""
+    value = stored_value(variable)
+    sharding = getattr(value, "sharding", None)
+    if (not isinstance(value, jax.Array) or sharding is None  # stored values are concrete
+            or sharding.device_set == mesh.replicated_sharding.device_set):
+        return value
+    with jax.ensure_compile_time_eval():
+        return jax.device_put(value, mesh.replicated_sharding)
 
 
 def aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:
