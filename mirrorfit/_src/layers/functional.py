@@ -17,6 +17,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from mirrorfit._src.layers import flax_bridge, mask_flow
 from mirrorfit._src.layers.symbolic import PROBE_LENGTHS as PROBE_LENGTHS
@@ -45,8 +46,10 @@ def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = No
         A `KerasTensor` of shape ``(batch_size, *shape)``.
 
     Raises:
-        ValueError: neither or both of ``shape`` and ``batch_shape``.
+        ValueError: neither or both of ``shape`` and ``batch_shape``; or a string dtype (text
+            is host-side work: a Sequential led by ``TextVectorization`` takes strings).
     """
+    dtype = _array_dtype(dtype or "float32", name)
     if (shape is None) == (batch_shape is None):
         raise ValueError("Input needs exactly one of shape (without the batch axis) or "
                          f"batch_shape. Received: shape={shape}, batch_shape={batch_shape}")
@@ -57,7 +60,32 @@ def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = No
     else:
         assert shape is not None  # exactly one of the two is given (checked above)
         full = (batch_size, *tuple(shape))
-    return KerasTensor(full, dtype or "float32", name=name)
+    return KerasTensor(full, dtype, name=name)
+
+
+TEXT_INPUT = (
+    "Input takes array dtypes (numbers, booleans); a model's inputs are arrays on the "
+    "devices, and text is host-side work. Start an "
+    "mf.Sequential with TextVectorization (the model applies it to the strings on the host, "
+    "in fit and predict), or apply it to the strings first and give the model "
+    "Input(shape=(sequence_length,), dtype=\"int32\"). Received: dtype={dtype!r}{named}")
+
+
+def _array_dtype(dtype: Any, name: str | None) -> np.dtype:
+    """``dtype`` as a NumPy dtype (``tf.string`` and ``"string"`` included, to refuse them).
+
+    Raises:
+        ValueError: a string, bytes or object dtype (`TEXT_INPUT`), or one NumPy lacks.
+    """
+    try:
+        found = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))
+    except TypeError:
+        found = None
+    if found is None or found.kind in "OSU":
+        named = f" for Input {name!r}" if name else ""
+        raise ValueError(TEXT_INPUT.format(dtype=str(getattr(dtype, "name", dtype)),
+                                           named=named))
+    return found
 
 
 # -- the graph ------------------------------------------------------------------------
