@@ -15,6 +15,14 @@ returned function:
 - converts a Python list or tuple given for an array parameter (``x``, ``x1``, ``x2``,
   ``y``) to an array, as Keras' ``convert_to_tensor`` does (``ops.sum([1, 2, 3])``), except
   where the op takes a sequence of arrays (``stack``);
+- computes an op whose arguments are all constants (numbers, lists, NumPy or concrete JAX
+  arrays; at most `FOLD_SIZE` elements in all) at once, also inside ``jax.jit`` (JAX would
+  stage it), and takes a shape argument (``tile``'s ``repeats``, ``reshape``'s
+  ``newshape``, ``broadcast_to``'s ``shape``) given as a constant array as its ints: so
+  keras-io's shape arithmetic, ``ops.tile(mask, ops.concatenate([ops.expand_dims(batch, -1),
+  ops.convert_to_tensor([1, 1])], 0))``, traces on JAX as on TensorFlow. Ops whose result
+  can be much larger than their arguments (``zeros``, ``arange``, ``tile``, ...) are never
+  computed early;
 - given a symbolic tensor (a functional model's ``KerasTensor``, also inside lists), records
   the call in the model being built and returns symbolic outputs, as Keras 3's
   ``Operation.__call__`` does (``shape``, ``ndim`` and ``dtype`` answer from the tensor's own
@@ -27,6 +35,7 @@ It does nothing else: dtypes, broadcasting and errors are the JAX function's.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
@@ -34,14 +43,49 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax._src import core as jax_core
 
 from mirrorfit._src.variables.variable import Variable
 
 _P = inspect.Parameter
 _ARRAY_PARAMETERS = frozenset({"x", "x1", "x2", "y"})  # Keras' names of array arguments
+_SHAPE_PARAMETERS = frozenset({"repeats", "newshape", "shape"})  # static ints in JAX
+FOLD_SIZE = 64  # elements: an op on constants this small is computed at once (see above)
+# Ops whose result may be far larger than their arguments: never computed early, so that a
+# large constant is not embedded in a compiled program.
+_GROWING = frozenset({
+    "arange", "bartlett", "blackman", "broadcast_to", "diag", "diagflat", "empty", "eye",
+    "full", "geomspace", "hamming", "hanning", "histogram", "identity", "kaiser", "kron",
+    "linspace", "logspace", "meshgrid", "one_hot", "ones", "outer", "pad", "repeat", "tile",
+    "tri", "vander", "zeros", "bincount", "multi_hot"})
 # Ops a symbolic tensor answers itself (Keras: ``ops.shape(x)`` of a KerasTensor is x.shape).
 _STATIC = {"shape": lambda x: tuple(x.shape), "ndim": lambda x: len(x.shape),
            "dtype": lambda x: x.dtype}
+
+
+def _constant_and_small(tree: Any) -> bool:
+    """Whether every leaf of ``tree`` is a constant (no tracer, no function) and they hold
+    at most `FOLD_SIZE` elements in all."""
+    size = 0
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, (jax_core.Tracer, Variable)) or callable(leaf):
+            return False
+        if isinstance(leaf, str) or leaf is None:
+            continue
+        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)):
+            return False
+        size += int(np.size(leaf))
+    return size <= FOLD_SIZE
+
+
+def _static_shape(value: Any) -> Any:
+    """A shape argument given as a constant array, as ints (JAX needs them static)."""
+    if isinstance(value, (jax.Array, np.ndarray)) and not isinstance(value, jax_core.Tracer):
+        array = np.asarray(value)
+        if array.dtype.kind in "iu":
+            return int(array) if array.ndim == 0 else tuple(int(v) for v in array.reshape(-1))
+    return value
 
 
 def _symbolic_tensor(tree: Any) -> Any:
@@ -93,6 +137,14 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
             return symbolic.__mf_symbolic_call__(op, args, kwargs)
         bound = keras.bind(*args, **kwargs)
         bound.apply_defaults()
+        fold = name not in _GROWING and _constant_and_small(
+            [read_variables(v) for v in bound.arguments.values()])
+        with jax.ensure_compile_time_eval() if fold else contextlib.nullcontext():
+            call_args, call_kwargs = _call_arguments(bound)
+            return fn(*call_args, **call_kwargs)
+
+    def _call_arguments(bound: inspect.BoundArguments) -> tuple[list[Any], dict[str, Any]]:
+        """Keras' bound arguments as the function's positional and keyword arguments."""
         call_args: list[Any] = []
         call_kwargs: dict[str, Any] = {}
         for param_name, value in bound.arguments.items():
@@ -103,6 +155,8 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
             if (param_name in converted and isinstance(value, (list, tuple))
                     and kind is not _P.VAR_POSITIONAL):
                 value = jnp.asarray(value)
+            if param_name in _SHAPE_PARAMETERS:
+                value = _static_shape(value)
             if kind is _P.VAR_POSITIONAL:
                 call_args.extend(value)
             elif kind is _P.VAR_KEYWORD:
@@ -111,7 +165,7 @@ def keras_op(name: str, path: str, signature: str, *, renames: dict[str, str] | 
                 call_args.append(value)
             else:
                 call_kwargs[renames.get(param_name, param_name)] = value
-        return fn(*call_args, **call_kwargs)
+        return call_args, call_kwargs
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Keras' ``ops.{name}({signature})``, computed by ``{path}``."
