@@ -91,3 +91,307 @@ def test_functional_api_guide_multi_input_multi_output_with_dict_losses():
     # Both heads learn: the losses fall well below their first epoch's.
     assert history.history["priority_loss"][-1] < 0.5 * history.history["priority_loss"][0]
     assert history.history["loss"][-1] < 0.6 * history.history["loss"][0]
+
+
+# -- examples/vision/mlp_image_classification.py (MLP-Mixer) ---------------------------------
+
+
+class Patches(layers.Layer):
+    def __init__(self, patch_size, **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = patch_size
+
+    def call(self, x):
+        patches = keras.ops.image.extract_patches(x, self.patch_size)
+        batch_size = keras.ops.shape(patches)[0]
+        num_patches = keras.ops.shape(patches)[1] * keras.ops.shape(patches)[2]
+        patch_dim = keras.ops.shape(patches)[3]
+        out = keras.ops.reshape(patches, (batch_size, num_patches, patch_dim))
+        return out
+
+
+class MLPMixerLayer(layers.Layer):
+    def __init__(self, num_patches, hidden_units, dropout_rate, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+        self.mlp1 = keras.Sequential(
+            [
+                layers.Dense(units=num_patches, activation="gelu"),
+                layers.Dense(units=num_patches),
+                layers.Dropout(rate=dropout_rate),
+            ]
+        )
+        self.mlp2 = keras.Sequential(
+            [
+                layers.Dense(units=num_patches, activation="gelu"),
+                layers.Dense(units=hidden_units),
+                layers.Dropout(rate=dropout_rate),
+            ]
+        )
+        self.normalize = layers.LayerNormalization(epsilon=1e-6)
+
+    def build(self, input_shape):
+        return super().build(input_shape)
+
+    def call(self, inputs):
+        # Apply layer normalization.
+        x = self.normalize(inputs)
+        # Transpose inputs from [num_batches, num_patches, hidden_units] to [num_batches, hidden_units, num_patches].
+        x_channels = keras.ops.transpose(x, axes=(0, 2, 1))
+        # Apply mlp1 on each channel independently.
+        mlp1_outputs = self.mlp1(x_channels)
+        # Transpose mlp1_outputs from [num_batches, hidden_dim, num_patches] to [num_batches, num_patches, hidden_units].
+        mlp1_outputs = keras.ops.transpose(mlp1_outputs, axes=(0, 2, 1))
+        # Add skip connection.
+        x = mlp1_outputs + inputs
+        # Apply layer normalization.
+        x_patches = self.normalize(x)
+        # Apply mlp2 on each patch independtenly.
+        mlp2_outputs = self.mlp2(x_patches)
+        # Add skip connection.
+        x = x + mlp2_outputs
+        return x
+
+
+def test_mlp_image_classification_mlp_mixer():
+    num_classes = 4  # the example: CIFAR-100's 100
+    input_shape = (16, 16, 3)  # the example: (32, 32, 3)
+    (x_train, y_train), (x_test, y_test) = _images(320, 16, num_classes), _images(
+        64, 16, num_classes, seed=1)
+    weight_decay = 0.0001
+    batch_size = 32
+    num_epochs = 6
+    dropout_rate = 0.2
+    image_size = 16  # We'll resize input images to this size (the example: 64).
+    patch_size = 4  # Size of the patches to be extracted from the input images.
+    num_patches = (image_size // patch_size) ** 2  # Size of the data array.
+    embedding_dim = 16  # Number of hidden units (the example: 256).
+    num_blocks = 1  # Number of blocks (the example: 4).
+
+    def build_classifier(blocks, positional_encoding=False):
+        inputs = layers.Input(shape=input_shape)
+        # Augment data.
+        augmented = data_augmentation(inputs)
+        # Create patches.
+        patches = Patches(patch_size)(augmented)
+        # Encode patches to generate a [batch_size, num_patches, embedding_dim] tensor.
+        x = layers.Dense(units=embedding_dim)(patches)
+        # Process x using the module blocks.
+        x = blocks(x)
+        # Apply global average pooling to generate a [batch_size, embedding_dim] representation tensor.
+        representation = layers.GlobalAveragePooling1D()(x)
+        # Apply dropout.
+        representation = layers.Dropout(rate=dropout_rate)(representation)
+        # Compute logits outputs.
+        logits = layers.Dense(num_classes)(representation)
+        # Create the Keras model.
+        return keras.Model(inputs=inputs, outputs=logits)
+
+    def run_experiment(model):
+        # Create Adam optimizer with weight decay.
+        optimizer = keras.optimizers.AdamW(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+        )
+        # Compile the model.
+        model.compile(
+            optimizer=optimizer,
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[
+                keras.metrics.SparseCategoricalAccuracy(name="acc"),
+                keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5-acc"),
+            ],
+        )
+        # Create a learning rate scheduler callback.
+        reduce_lr = keras.callbacks.ReduceLROnPlateau(
+            monitor="val_loss", factor=0.5, patience=5
+        )
+        # Create an early stopping callback.
+        early_stopping = keras.callbacks.EarlyStopping(
+            monitor="val_loss", patience=10, restore_best_weights=True
+        )
+        # Fit the model.
+        history = model.fit(
+            x=x_train,
+            y=y_train,
+            batch_size=batch_size,
+            epochs=num_epochs,
+            validation_split=0.1,
+            callbacks=[early_stopping, reduce_lr],
+            verbose=0,
+        )
+
+        _, accuracy, top_5_accuracy = model.evaluate(x_test, y_test, verbose=0)
+        # Return history to plot learning curves.
+        return history, accuracy
+
+    with mirrored_strategy(2).scope():
+        data_augmentation = keras.Sequential(
+            [
+                layers.Normalization(),
+                layers.Resizing(image_size, image_size),
+                layers.RandomFlip("horizontal"),
+                layers.RandomZoom(height_factor=0.2, width_factor=0.2),
+            ],
+            name="data_augmentation",
+        )
+        # Compute the mean and the variance of the training data for normalization.
+        data_augmentation.layers[0].adapt(x_train)
+
+        mlpmixer_blocks = keras.Sequential(
+            [MLPMixerLayer(num_patches, embedding_dim, dropout_rate) for _ in range(num_blocks)]
+        )
+        learning_rate = 0.005
+        mlpmixer_classifier = build_classifier(mlpmixer_blocks)
+        history, accuracy = run_experiment(mlpmixer_classifier)
+    assert accuracy > 0.6  # 4 classes: chance is 0.25
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+# -- examples/generative/text_generation_with_miniature_gpt.py --------------------------------
+
+
+def causal_attention_mask(batch_size, n_dest, n_src, dtype):
+    """
+    Mask the upper half of the dot product matrix in self attention.
+    This prevents flow of information from future tokens to current token.
+    1's in the lower triangle, counting from the lower right corner.
+    """
+    i = ops.arange(n_dest)[:, None]
+    j = ops.arange(n_src)
+    m = i >= j - n_src + n_dest
+    mask = ops.cast(m, dtype)
+    mask = ops.reshape(mask, [1, n_dest, n_src])
+    mult = ops.concatenate(
+        [ops.expand_dims(batch_size, -1), ops.convert_to_tensor([1, 1])], 0
+    )
+    return ops.tile(mask, mult)
+
+
+class GPTTransformerBlock(layers.Layer):  # the example's TransformerBlock
+    def __init__(self, embed_dim, num_heads, ff_dim, rate=0.1):
+        super().__init__()
+        self.att = layers.MultiHeadAttention(num_heads, embed_dim)
+        self.ffn = keras.Sequential(
+            [
+                layers.Dense(ff_dim, activation="relu"),
+                layers.Dense(embed_dim),
+            ]
+        )
+        self.layernorm1 = layers.LayerNormalization(epsilon=1e-6)
+        self.layernorm2 = layers.LayerNormalization(epsilon=1e-6)
+        self.dropout1 = layers.Dropout(rate)
+        self.dropout2 = layers.Dropout(rate)
+
+    def call(self, inputs):
+        input_shape = ops.shape(inputs)
+        batch_size = input_shape[0]
+        seq_len = input_shape[1]
+        causal_mask = causal_attention_mask(batch_size, seq_len, seq_len, "bool")
+        attention_output = self.att(inputs, inputs, attention_mask=causal_mask)
+        attention_output = self.dropout1(attention_output)
+        out1 = self.layernorm1(inputs + attention_output)
+        ffn_output = self.ffn(out1)
+        ffn_output = self.dropout2(ffn_output)
+        return self.layernorm2(out1 + ffn_output)
+
+
+class TokenAndPositionEmbedding(layers.Layer):
+    def __init__(self, maxlen, vocab_size, embed_dim):
+        super().__init__()
+        self.token_emb = layers.Embedding(input_dim=vocab_size, output_dim=embed_dim)
+        self.pos_emb = layers.Embedding(input_dim=maxlen, output_dim=embed_dim)
+
+    def call(self, x):
+        maxlen = ops.shape(x)[-1]
+        positions = ops.arange(0, maxlen, 1)
+        positions = self.pos_emb(positions)
+        x = self.token_emb(x)
+        return x + positions
+
+
+def test_text_generation_with_miniature_gpt():
+    vocab_size = 24  # the example: 20000
+    maxlen = 12  # Max sequence size (the example: 80)
+    embed_dim = 16  # Embedding size for each token (the example: 256)
+    num_heads = 2  # Number of attention heads
+    feed_forward_dim = 16  # Hidden layer size in feed forward network inside transformer
+
+    def create_model():
+        inputs = layers.Input(shape=(maxlen,), dtype="int32")
+        embedding_layer = TokenAndPositionEmbedding(maxlen, vocab_size, embed_dim)
+        x = embedding_layer(inputs)
+        transformer_block = GPTTransformerBlock(embed_dim, num_heads, feed_forward_dim)
+        x = transformer_block(x)
+        outputs = layers.Dense(vocab_size)(x)
+        model = keras.Model(inputs=inputs, outputs=[outputs, x])
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(
+            "adam",
+            loss=[loss_fn, None],
+        )  # No loss and optimization based on word embeddings from transformer block
+        return model
+
+    class TextGenerator(keras.callbacks.Callback):
+        """The example's callback: generates from a prompt at the end of each epoch."""
+
+        def __init__(self, max_tokens, start_tokens, index_to_word, top_k=10, print_every=1):
+            self.max_tokens = max_tokens
+            self.start_tokens = start_tokens
+            self.index_to_word = index_to_word
+            self.print_every = print_every
+            self.k = top_k
+            self.texts = []
+
+        def sample_from(self, logits):
+            logits, indices = ops.top_k(logits, k=self.k, sorted=True)
+            indices = np.asarray(indices).astype("int32")
+            preds = keras.activations.softmax(ops.expand_dims(logits, 0))[0]
+            preds = np.asarray(preds).astype("float32")
+            return np.random.choice(indices, p=preds)
+
+        def detokenize(self, number):
+            return self.index_to_word[number]
+
+        def on_epoch_end(self, epoch, logs=None):
+            start_tokens = [_ for _ in self.start_tokens]
+            if (epoch + 1) % self.print_every != 0:
+                return
+            num_tokens_generated = 0
+            tokens_generated = []
+            while num_tokens_generated <= self.max_tokens:
+                pad_len = maxlen - len(start_tokens)
+                sample_index = len(start_tokens) - 1
+                if pad_len < 0:
+                    x = start_tokens[:maxlen]
+                    sample_index = maxlen - 1
+                elif pad_len > 0:
+                    x = start_tokens + [0] * pad_len
+                else:
+                    x = start_tokens
+                x = np.array([x])
+                y, _ = self.model.predict(x, verbose=0)
+                sample_token = self.sample_from(y[0][sample_index])
+                tokens_generated.append(sample_token)
+                start_tokens.append(sample_token)
+                num_tokens_generated = len(tokens_generated)
+            self.texts.append([self.detokenize(_) for _ in self.start_tokens + tokens_generated])
+
+    # A corpus with a rule (each word is followed by the next one, cyclically) in place of
+    # IMDB: (x, y) are sequences shifted by one, as prepare_lm_inputs_labels makes them.
+    vocab = ["", "[UNK]"] + [f"w{i}" for i in range(vocab_size - 2)]
+    starts = RNG.integers(2, vocab_size, size=256)
+    tokens = 2 + (starts[:, None] - 2 + np.arange(maxlen + 1)) % (vocab_size - 2)
+    x, y = tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32")
+    word_to_index = {}
+    for index, word in enumerate(vocab):
+        word_to_index[word] = index
+    start_prompt = "w3 w4 w5"
+    start_tokens = [word_to_index.get(_, 1) for _ in start_prompt.split()]
+    text_gen_callback = TextGenerator(5, start_tokens, vocab, top_k=1)
+    with mirrored_strategy(2).scope():
+        model = create_model()
+    history = model.fit(x, y, batch_size=32, verbose=0, epochs=8, callbacks=[text_gen_callback])
+    assert history.history["loss"][-1] < 0.3 * history.history["loss"][0]
+    # With top_k=1 the generation follows the rule it learned: w6 w7 w8 ...
+    assert text_gen_callback.texts[-1][3:7] == ["w6", "w7", "w8", "w9"]

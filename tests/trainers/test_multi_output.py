@@ -224,3 +224,18 @@ def test_functional_outputs_are_named_by_their_layers_in_errors(kwargs, y, match
     with pytest.raises(ValueError, match=match):
         model.compile(optax.sgd(0.1), **kwargs)
         model.evaluate(X, y, batch_size=16, verbose=0)
+
+
+def test_a_loss_given_for_some_outputs_takes_only_their_targets():
+    # Keras' "partially defined" loss (the miniature GPT: loss=[fn, None], y one array).
+    model = _functional_two_heads(2)
+    model.compile(optax.sgd(0.1), loss=["sparse_categorical_crossentropy", None])
+    one_array = model.evaluate(X, LABELS, batch_size=16, verbose=0, return_dict=True)
+    assert list(one_array) == ["loss"]  # as Keras: no per-output loss for one loss
+    probs, _ = model.predict(X, verbose=0)
+    crossentropy = -np.log(np.clip(probs, 1e-7, 1 - 1e-7)[np.arange(N), LABELS])
+    np.testing.assert_allclose(one_array["loss"], crossentropy.mean(), rtol=RTOL)
+    as_list = model.evaluate(X, [LABELS], batch_size=16, verbose=0, return_dict=True)
+    assert as_list["loss"] == pytest.approx(one_array["loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="one target per output"):
+        model.evaluate(X, (LABELS, TARGETS, TARGETS), batch_size=16, verbose=0)

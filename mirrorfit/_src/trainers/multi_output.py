@@ -145,9 +145,21 @@ class MultiOutputLoss:
         """The log name of output ``key`` (see `output_name`)."""
         return output_name(key, self.names)
 
+    def _targets(self, y: Any) -> Any:
+        """``y``, or, when some outputs have no loss (``loss=[fn, None]``) and ``y`` holds
+        only the targets of those with one (one array, or a shorter list or tuple, in output
+        order), those targets by output key, as Keras' partially defined loss takes them."""
+        if len(self.losses) == len(self.keys) or isinstance(y, Mapping):
+            return y
+        given = list(y) if isinstance(y, (list, tuple)) else [y]
+        return dict(zip(self.losses, given)) if len(given) == len(self.losses) else y
+
     @property
     def loss_names(self) -> list[str]:
-        """The log names of the per-output losses, ``<output>_loss``, in output order."""
+        """The log names of the per-output losses, ``<output>_loss``, in output order; none
+        when only one output has a loss (Keras logs only ``loss`` then)."""
+        if len(self.losses) == 1:
+            return []
         return [f"{self.output_name(key)}_loss" for key in self.losses]
 
     def _check(self, y_pred: Any) -> None:
@@ -175,6 +187,8 @@ class MultiOutputLoss:
                 naming the expected outputs and what was received.
         """
         names = [self.output_name(k) for k in self.keys]
+        if self._targets(y) is not y:  # the targets of the outputs with a loss only
+            return
         if self.names is not None and isinstance(y, Mapping):
             ok = set(y) == set(names)
             expected = f"a dict with keys {sorted(names)}"
@@ -220,6 +234,7 @@ class MultiOutputLoss:
         """
         self._check(y_pred)
         self.check_targets(y_true)
+        y_true = self._targets(y_true)
         masks = {key: None if mask is None else select(mask, key) for key in self.losses}
         parts = {}
         for key, fn in self.losses.items():
