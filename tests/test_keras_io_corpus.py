@@ -395,3 +395,257 @@ def test_text_generation_with_miniature_gpt():
     assert history.history["loss"][-1] < 0.3 * history.history["loss"][0]
     # With top_k=1 the generation follows the rule it learned: w6 w7 w8 ...
     assert text_gen_callback.texts[-1][3:7] == ["w6", "w7", "w8", "w9"]
+
+
+# -- examples/vision/mnist_convnet.py ----------------------------------------------------------
+
+
+def test_mnist_convnet():
+    # Model / data parameters
+    num_classes = 10
+    input_shape = (28, 28, 1)
+    # Band images in place of MNIST (the example loads it with keras.datasets.mnist).
+    (x_train, y_train), (x_test, y_test) = _images(400, 28, num_classes, 1), _images(
+        100, 28, num_classes, 1, seed=1)
+    # Scale images to the [0, 1] range
+    x_train = x_train.astype("float32") / 255
+    x_test = x_test.astype("float32") / 255
+    # convert class vectors to binary class matrices
+    y_train = keras.utils.to_categorical(y_train, num_classes)
+    y_test = keras.utils.to_categorical(y_test, num_classes)
+
+    with mirrored_strategy(2).scope():
+        model = keras.Sequential(
+            [
+                keras.Input(shape=input_shape),
+                layers.Conv2D(8, kernel_size=(3, 3), activation="relu"),  # the example: 32
+                layers.MaxPooling2D(pool_size=(2, 2)),
+                layers.Conv2D(16, kernel_size=(3, 3), activation="relu"),  # the example: 64
+                layers.MaxPooling2D(pool_size=(2, 2)),
+                layers.Flatten(),
+                layers.Dropout(0.5),
+                layers.Dense(num_classes, activation="softmax"),
+            ]
+        )
+    batch_size = 64  # the example: 128
+    epochs = 8  # the example: 15
+    model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
+    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, validation_split=0.1,
+              verbose=0)
+    score = model.evaluate(x_test, y_test, verbose=0)
+    assert score[1] > 0.8  # 10 classes: chance is 0.1
+
+
+# -- examples/nlp/addition_rnn.py (its data is generated, as in the example) -------------------
+
+
+class CharacterTable:
+    """Given a set of characters:
+    + Encode them to a one-hot integer representation
+    + Decode the one-hot or integer representation to their character output
+    + Decode a vector of probabilities to their character output
+    """
+
+    def __init__(self, chars):
+        """Initialize character table.
+        # Arguments
+            chars: Characters that can appear in the input.
+        """
+        self.chars = sorted(set(chars))
+        self.char_indices = dict((c, i) for i, c in enumerate(self.chars))
+        self.indices_char = dict((i, c) for i, c in enumerate(self.chars))
+
+    def encode(self, C, num_rows):
+        """One-hot encode given string C.
+        # Arguments
+            C: string, to be encoded.
+            num_rows: Number of rows in the returned one-hot encoding. This is
+                used to keep the # of rows for each data the same.
+        """
+        x = np.zeros((num_rows, len(self.chars)))
+        for i, c in enumerate(C):
+            x[i, self.char_indices[c]] = 1
+        return x
+
+    def decode(self, x, calc_argmax=True):
+        """Decode the given vector or 2D array to their character output.
+        # Arguments
+            x: A vector or a 2D array of probabilities or one-hot representations;
+                or a vector of character indices (used with `calc_argmax=False`).
+            calc_argmax: Whether to find the character index with maximum
+                probability, defaults to `True`.
+        """
+        if calc_argmax:
+            x = x.argmax(axis=-1)
+        return "".join(self.indices_char[x] for x in x)
+
+
+def test_addition_rnn():
+    # Parameters for the model and dataset.
+    TRAINING_SIZE = 2000  # the example: 50000
+    DIGITS = 2  # the example: 3
+    REVERSE = True
+    # Maximum length of input is 'int + int' (e.g., '345+678'). Maximum length of
+    # int is DIGITS.
+    MAXLEN = DIGITS + 1 + DIGITS
+    # All the numbers, plus sign and space for padding.
+    chars = "0123456789+ "
+    ctable = CharacterTable(chars)
+
+    questions = []
+    expected = []
+    seen = set()
+    rng = np.random.default_rng(0)  # the example: np.random
+    while len(questions) < TRAINING_SIZE:
+
+        def f():
+            return int(
+                "".join(rng.choice(list("0123456789")) for i in range(rng.integers(1, DIGITS + 1)))
+            )
+
+        a, b = f(), f()
+        # Skip any addition questions we've already seen
+        # Also skip any such that x+Y == Y+x (hence the sorting).
+        key = tuple(sorted((a, b)))
+        if key in seen:
+            continue
+        seen.add(key)
+        # Pad the data with spaces such that it is always MAXLEN.
+        q = "{}+{}".format(a, b)
+        query = q + " " * (MAXLEN - len(q))
+        ans = str(a + b)
+        # Answers can be of maximum size DIGITS + 1.
+        ans += " " * (DIGITS + 1 - len(ans))
+        if REVERSE:
+            # Reverse the query, e.g., '12+345  ' becomes '  543+21'. (Note the
+            # space used for padding.)
+            query = query[::-1]
+        questions.append(query)
+        expected.append(ans)
+
+    x = np.zeros((len(questions), MAXLEN, len(chars)), dtype=bool)
+    y = np.zeros((len(questions), DIGITS + 1, len(chars)), dtype=bool)
+    for i, sentence in enumerate(questions):
+        x[i] = ctable.encode(sentence, MAXLEN)
+    for i, sentence in enumerate(expected):
+        y[i] = ctable.encode(sentence, DIGITS + 1)
+
+    # Shuffle (x, y) in unison as the later parts of x will almost all be larger
+    # digits.
+    indices = np.arange(len(y))
+    rng.shuffle(indices)
+    x = x[indices]
+    y = y[indices]
+
+    # Explicitly set apart 10% for validation data that we never train over.
+    split_at = len(x) - len(x) // 10
+    (x_train, x_val) = x[:split_at], x[split_at:]
+    (y_train, y_val) = y[:split_at], y[split_at:]
+
+    num_layers = 1  # Try to add more LSTM layers!
+    with mirrored_strategy(2).scope():
+        model = keras.Sequential()
+        # "Encode" the input sequence using a LSTM, producing an output of size 128.
+        # Note: In a situation where your input sequences have a variable length,
+        # use input_shape=(None, num_feature).
+        model.add(layers.Input((MAXLEN, len(chars))))
+        model.add(layers.LSTM(64))  # the example: 128
+        # As the decoder RNN's input, repeatedly provide with the last output of
+        # RNN for each time step. Repeat 'DIGITS + 1' times as that's the maximum
+        # length of output, e.g., when DIGITS=3, max output is 999+999=1998.
+        model.add(layers.RepeatVector(DIGITS + 1))
+        # The decoder RNN could be multiple layers stacked or a single layer.
+        for _ in range(num_layers):
+            # By setting return_sequences to True, return not only the last output but
+            # all the outputs so far in the form of (num_samples, timesteps,
+            # output_dim). This is necessary as TimeDistributed in the below expects
+            # the first dimension to be the timesteps.
+            model.add(layers.LSTM(64, return_sequences=True))
+        # Apply a dense layer to the every temporal slice of an input. For each of step
+        # of the output sequence, decide which character should be chosen.
+        model.add(layers.Dense(len(chars), activation="softmax"))
+        model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
+
+    epochs = 7  # the example: 30
+    batch_size = 32
+    history = model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
+                        validation_data=(x_val, y_val), verbose=0)
+    # Character accuracy: chance is about 1/12 (a few epochs of the example's 30).
+    assert history.history["val_accuracy"][-1] > 0.3  # 0.4 after 7 epochs here
+    preds = np.argmax(model.predict(x_val[:20], verbose=0), axis=-1)
+    guess = [ctable.decode(preds[i], calc_argmax=False) for i in range(20)]
+    assert all(len(g) == DIGITS + 1 for g in guess)
+
+
+# -- examples/timeseries/timeseries_classification_from_scratch.py ----------------------------
+
+
+def test_timeseries_classification_from_scratch(tmp_path):
+    # Sines (class 0) and square waves (class 1) with noise, in place of FordA's downloads.
+    def readucr(n, seed):
+        rng = np.random.default_rng(seed)
+        y = rng.integers(0, 2, size=n)
+        t = np.linspace(0, 4 * np.pi, 100)[None] * rng.uniform(0.8, 1.2, size=(n, 1))
+        x = np.where(y[:, None] == 0, np.sin(t), np.sign(np.sin(t)))
+        return x + rng.normal(scale=0.3, size=x.shape), y
+
+    x_train, y_train = readucr(256, 0)
+    x_test, y_test = readucr(64, 1)
+    x_train = x_train.reshape((x_train.shape[0], x_train.shape[1], 1))
+    x_test = x_test.reshape((x_test.shape[0], x_test.shape[1], 1))
+    num_classes = len(np.unique(y_train))
+
+    def make_model(input_shape):
+        input_layer = keras.layers.Input(input_shape)
+
+        conv1 = keras.layers.Conv1D(filters=16, kernel_size=3, padding="same")(input_layer)
+        conv1 = keras.layers.BatchNormalization()(conv1)
+        conv1 = keras.layers.ReLU()(conv1)
+
+        conv2 = keras.layers.Conv1D(filters=16, kernel_size=3, padding="same")(conv1)
+        conv2 = keras.layers.BatchNormalization()(conv2)
+        conv2 = keras.layers.ReLU()(conv2)
+
+        conv3 = keras.layers.Conv1D(filters=16, kernel_size=3, padding="same")(conv2)
+        conv3 = keras.layers.BatchNormalization()(conv3)
+        conv3 = keras.layers.ReLU()(conv3)
+
+        gap = keras.layers.GlobalAveragePooling1D()(conv3)
+
+        output_layer = keras.layers.Dense(num_classes, activation="softmax")(gap)
+
+        return keras.models.Model(inputs=input_layer, outputs=output_layer)
+
+    with mirrored_strategy(2).scope():
+        model = make_model(input_shape=x_train.shape[1:])
+
+    epochs = 8  # the example: 500
+    batch_size = 8  # the example: 32 (BatchNormalization's statistics need the steps)
+    callbacks = [
+        keras.callbacks.ModelCheckpoint(
+            str(tmp_path / "best_model.keras"), save_best_only=True, monitor="val_loss"
+        ),
+        keras.callbacks.ReduceLROnPlateau(
+            monitor="val_loss", factor=0.5, patience=20, min_lr=0.0001
+        ),
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=50, verbose=1),
+    ]
+    model.compile(
+        optimizer="adam",
+        loss="sparse_categorical_crossentropy",
+        metrics=["sparse_categorical_accuracy"],
+    )
+    history = model.fit(
+        x_train,
+        y_train,
+        batch_size=batch_size,
+        epochs=epochs,
+        callbacks=callbacks,
+        validation_split=0.2,
+        verbose=0,
+    )
+    with mirrored_strategy(2).scope():
+        model = keras.models.load_model(str(tmp_path / "best_model.keras"))
+    test_loss, test_acc = model.evaluate(x_test, y_test, verbose=0)
+    assert test_acc > 0.9  # two classes: chance is 0.5
+    assert history.history["loss"][-1] < history.history["loss"][0]
