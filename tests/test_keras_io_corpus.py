@@ -649,3 +649,543 @@ def test_timeseries_classification_from_scratch(tmp_path):
     test_loss, test_acc = model.evaluate(x_test, y_test, verbose=0)
     assert test_acc > 0.9  # two classes: chance is 0.5
     assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+# -- guides/making_new_layers_and_models_via_subclassing.py -----------------------------------
+
+
+class Linear(keras.layers.Layer):
+    def __init__(self, units=32):
+        super().__init__()
+        self.units = units
+
+    def build(self, input_shape):
+        self.w = self.add_weight(
+            shape=(input_shape[-1], self.units),
+            initializer="random_normal",
+            trainable=True,
+        )
+        self.b = self.add_weight(shape=(self.units,), initializer="random_normal",
+                                 trainable=True)
+
+    def call(self, inputs):
+        return ops.matmul(inputs, self.w) + self.b
+
+
+class ActivityRegularizationLayer(keras.layers.Layer):
+    def __init__(self, rate=1e-2):
+        super().__init__()
+        self.rate = rate
+
+    def call(self, inputs):
+        self.add_loss(self.rate * ops.mean(inputs))
+        return inputs
+
+
+class Sampling(layers.Layer):
+    """Uses (z_mean, z_log_var) to sample z, the vector encoding a digit."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator(1337)
+
+    def call(self, inputs):
+        z_mean, z_log_var = inputs
+        batch = ops.shape(z_mean)[0]
+        dim = ops.shape(z_mean)[1]
+        epsilon = keras.random.normal(shape=(batch, dim), seed=self.seed_generator)
+        return z_mean + ops.exp(0.5 * z_log_var) * epsilon
+
+
+class Encoder(layers.Layer):
+    """Maps MNIST digits to a triplet (z_mean, z_log_var, z)."""
+
+    def __init__(self, latent_dim=32, intermediate_dim=64, name="encoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.dense_proj = layers.Dense(intermediate_dim, activation="relu")
+        self.dense_mean = layers.Dense(latent_dim)
+        self.dense_log_var = layers.Dense(latent_dim)
+        self.sampling = Sampling()
+
+    def call(self, inputs):
+        x = self.dense_proj(inputs)
+        z_mean = self.dense_mean(x)
+        z_log_var = self.dense_log_var(x)
+        z = self.sampling((z_mean, z_log_var))
+        return z_mean, z_log_var, z
+
+
+class Decoder(layers.Layer):
+    """Converts z, the encoded digit vector, back into a readable digit."""
+
+    def __init__(self, original_dim, intermediate_dim=64, name="decoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.dense_proj = layers.Dense(intermediate_dim, activation="relu")
+        self.dense_output = layers.Dense(original_dim, activation="sigmoid")
+
+    def call(self, inputs):
+        x = self.dense_proj(inputs)
+        return self.dense_output(x)
+
+
+class VariationalAutoEncoder(keras.Model):
+    """Combines the encoder and decoder into an end-to-end model for training."""
+
+    def __init__(self, original_dim, intermediate_dim=64, latent_dim=32,
+                 name="autoencoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.original_dim = original_dim
+        self.encoder = Encoder(latent_dim=latent_dim, intermediate_dim=intermediate_dim)
+        self.decoder = Decoder(original_dim, intermediate_dim=intermediate_dim)
+
+    def call(self, inputs):
+        z_mean, z_log_var, z = self.encoder(inputs)
+        reconstructed = self.decoder(z)
+        # Add KL divergence regularization loss.
+        kl_loss = -0.5 * ops.mean(z_log_var - ops.square(z_mean) - ops.exp(z_log_var) + 1)
+        self.add_loss(kl_loss)
+        return reconstructed
+
+
+def test_making_new_layers_and_models_via_subclassing():
+    x = ops.ones((2, 2))
+    linear_layer = Linear(4)
+    y = linear_layer(x)
+    assert y.shape == (2, 4) and len(linear_layer.weights) == 2
+
+    class OuterLayer(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.activity_reg = ActivityRegularizationLayer(1e-2)
+
+        def call(self, inputs):
+            return self.activity_reg(inputs)
+
+    layer = OuterLayer()
+    _ = layer(ops.zeros((1, 1)))
+    assert len(layer.losses) == 1  # the loss of this forward pass
+    _ = layer(ops.zeros((1, 1)))
+    assert len(layer.losses) == 1  # This is the loss created during the call above
+
+    # The VAE on 8x8 "digits" (the guide: MNIST), with the guide's fit(x_train, x_train).
+    original_dim = 64
+    x_train = (np.random.default_rng(0).uniform(size=(512, original_dim)) > 0.7).astype(
+        "float32") * np.linspace(0.2, 1.0, original_dim, dtype="float32")
+    with mirrored_strategy(2).scope():
+        vae = VariationalAutoEncoder(original_dim, 32, 8)
+    optimizer = keras.optimizers.Adam(learning_rate=1e-3)
+    vae.compile(optimizer, loss=keras.losses.MeanSquaredError())
+    history = vae.fit(x_train, x_train, epochs=6, batch_size=64, verbose=0)
+    assert history.history["loss"][-1] < 0.8 * history.history["loss"][0]
+    assert len(vae.weights) == 10 and vae.encoder.dense_proj.get_weights()[0].shape == (64, 32)
+
+
+# -- guides/custom_train_step_in_tensorflow.py (one optimizer; the gradient line) -------------
+
+
+class CustomModel(keras.Model):
+    def train_step(self, data):
+        # Unpack the data. Its structure depends on your model and
+        # on what you pass to `fit()`.
+        x, y = data
+
+        def compute():  # was: with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)  # Forward pass
+            # Compute the loss value
+            # (the loss function is configured in `compile()`)
+            return self.compute_loss(y=y, y_pred=y_pred)
+
+        # Compute gradients
+        trainable_vars = self.trainable_variables
+        loss, gradients = keras.value_and_grad(compute, trainable_vars)()
+        # Update weights
+        self.optimizer.apply(gradients, trainable_vars)
+        # Update metrics (includes the metric that tracks the loss)
+        y_pred = self(x, training=False)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        # Return a dict mapping metric names to current value
+        return {m.name: m.result() for m in self.metrics}
+
+
+def test_customizing_what_happens_in_fit():
+    # Construct and compile an instance of CustomModel
+    with mirrored_strategy(2).scope():
+        inputs = keras.Input(shape=(32,))
+        outputs = keras.layers.Dense(1)(inputs)
+        model = CustomModel(inputs, outputs)
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+
+    # Just use `fit` as usual
+    x = np.random.random((1000, 32)).astype("float32")
+    y = (x @ np.linspace(-1, 1, 32, dtype="float32"))[:, None]  # the guide: random targets
+    history = model.fit(x, y, epochs=20, verbose=0)
+    assert set(history.history) == {"loss", "mae"}
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+
+
+# -- examples/keras_recipes/antirectifier.py ---------------------------------------------------
+
+
+class Antirectifier(layers.Layer):
+    def __init__(self, initializer="he_normal", **kwargs):
+        super().__init__(**kwargs)
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape):
+        output_dim = input_shape[-1]
+        self.kernel = self.add_weight(
+            shape=(output_dim * 2, output_dim),
+            initializer=self.initializer,
+            name="kernel",
+            trainable=True,
+        )
+
+    def call(self, inputs):
+        inputs -= ops.mean(inputs, axis=-1, keepdims=True)
+        pos = ops.relu(inputs)
+        neg = ops.relu(-inputs)
+        concatenated = ops.concatenate([pos, neg], axis=-1)
+        mixed = ops.matmul(concatenated, self.kernel)
+        return mixed
+
+    def get_config(self):
+        # Implement get_config to enable serialization. This is optional.
+        base_config = super().get_config()
+        config = {"initializer": keras.initializers.serialize(self.initializer)}
+        return dict(list(base_config.items()) + list(config.items()))
+
+
+def test_antirectifier():
+    (x_train, y_train), (x_test, y_test) = _images(400, 28, 10, 1), _images(100, 28, 10, 1, 1)
+    x_train = x_train.reshape(-1, 784)
+    x_test = x_test.reshape(-1, 784)
+    x_train = x_train.astype("float32")
+    x_test = x_test.astype("float32")
+    x_train /= 255
+    x_test /= 255
+    with mirrored_strategy(2).scope():
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(784,)),
+                layers.Dense(64),  # the example: 256
+                Antirectifier(),
+                layers.Dense(64),
+                Antirectifier(),
+                layers.Dropout(0.5),
+                layers.Dense(10),
+            ]
+        )
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.RMSprop(),
+        metrics=[keras.metrics.SparseCategoricalAccuracy()],
+    )
+    model.fit(x_train, y_train, batch_size=64, epochs=5, validation_split=0.15, verbose=0)
+    _, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    assert accuracy > 0.8  # 10 classes
+    assert Antirectifier.from_config(model.layers[1].get_config()).initializer is not None
+
+
+# -- examples/vision/autoencoder.py (denoising) -------------------------------------------------
+
+
+def test_convolutional_denoising_autoencoder():
+    def preprocess(array):
+        """Normalizes the supplied array and reshapes it."""
+        array = array.astype("float32") / 255.0
+        array = np.reshape(array, (len(array), 28, 28, 1))
+        return array
+
+    def noise(array):
+        """Adds random noise to each image in the supplied array."""
+        noise_factor = 0.4
+        noisy_array = array + noise_factor * np.random.normal(
+            loc=0.0, scale=1.0, size=array.shape
+        )
+        return np.clip(noisy_array, 0.0, 1.0)
+
+    train_data, _ = _images(256, 28, 7, 1)
+    train_data = preprocess(train_data)
+    noisy_train_data = noise(train_data)
+
+    with mirrored_strategy(2).scope():
+        input = layers.Input(shape=(28, 28, 1))
+        # Encoder
+        x = layers.Conv2D(16, (3, 3), activation="relu", padding="same")(input)  # the example: 32
+        x = layers.MaxPooling2D((2, 2), padding="same")(x)
+        x = layers.Conv2D(16, (3, 3), activation="relu", padding="same")(x)
+        x = layers.MaxPooling2D((2, 2), padding="same")(x)
+        # Decoder
+        x = layers.Conv2DTranspose(16, (3, 3), strides=2, activation="relu", padding="same")(x)
+        x = layers.Conv2DTranspose(16, (3, 3), strides=2, activation="relu", padding="same")(x)
+        x = layers.Conv2D(1, (3, 3), activation="sigmoid", padding="same")(x)
+        # Autoencoder
+        autoencoder = keras.Model(input, x)
+        autoencoder.compile(optimizer="adam", loss="binary_crossentropy")
+    history = autoencoder.fit(
+        x=noisy_train_data,
+        y=train_data,
+        epochs=6,  # the example: 100
+        batch_size=64,  # the example: 128
+        shuffle=True,
+        verbose=0,
+    )
+    # Crossentropy against grey-level targets has a floor above 0: it falls, and the output
+    # is closer to the clean images than the noisy inputs are.
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    denoised = autoencoder.predict(noisy_train_data[:32], verbose=0)
+    assert np.mean((denoised - train_data[:32]) ** 2) < np.mean(
+        (noisy_train_data[:32] - train_data[:32]) ** 2)
+
+
+# -- guides/writing_your_own_callbacks.py --------------------------------------------------------
+
+
+class LossAndErrorPrintingCallback(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.lines.append(f"Up to batch {batch}, the average loss is {logs['loss']:7.2f}.")
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.lines.append(f"Up to batch {batch}, the average loss is {logs['loss']:7.2f}.")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.lines.append(
+            f"The average loss for epoch {epoch} is {logs['loss']:7.2f} "
+            f"and mean absolute error is {logs['mean_absolute_error']:7.2f}.")
+
+
+class EarlyStoppingAtMinLoss(keras.callbacks.Callback):
+    """Stop training when the loss is at its min, i.e. the loss stops decreasing.
+
+    Arguments:
+        patience: Number of epochs to wait after min has been hit. After this
+        number of no improvement, training stops.
+    """
+
+    def __init__(self, patience=0):
+        super().__init__()
+        self.patience = patience
+        # best_weights to store the weights at which the minimum loss occurs.
+        self.best_weights = None
+
+    def on_train_begin(self, logs=None):
+        # The number of epoch it has waited when loss is no longer minimum.
+        self.wait = 0
+        # The epoch the training stops at.
+        self.stopped_epoch = 0
+        # Initialize the best as infinity.
+        self.best = np.inf
+
+    def on_epoch_end(self, epoch, logs=None):
+        current = logs.get("loss")
+        if np.less(current, self.best):
+            self.best = current
+            self.wait = 0
+            # Record the best weights if current results is better (less).
+            self.best_weights = self.model.get_weights()
+        else:
+            self.wait += 1
+            if self.wait >= self.patience:
+                self.stopped_epoch = epoch
+                self.model.stop_training = True
+                # Restoring model weights from the end of the best epoch.
+                self.model.set_weights(self.best_weights)
+
+
+class CustomLearningRateScheduler(keras.callbacks.Callback):
+    """Learning rate scheduler which sets the learning rate according to schedule.
+
+    Arguments:
+        schedule: a function that takes an epoch index
+            (integer, indexed from 0) and current learning rate
+            as inputs and returns a new learning rate as output (float).
+    """
+
+    def __init__(self, schedule):
+        super().__init__()
+        self.schedule = schedule
+        self.rates = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if not hasattr(self.model.optimizer, "learning_rate"):
+            raise ValueError('Optimizer must have a "learning_rate" attribute.')
+        # Get the current learning rate from model's optimizer.
+        lr = self.model.optimizer.learning_rate
+        # Call schedule function to get the scheduled learning rate.
+        scheduled_lr = self.schedule(epoch, lr)
+        # Set the value back to the optimizer before this epoch starts
+        self.model.optimizer.learning_rate = scheduled_lr
+        self.rates.append(float(np.array(scheduled_lr)))
+
+
+def test_writing_your_own_callbacks():
+    # Define the Keras model to add callbacks to
+    def get_model():
+        model = keras.Sequential()
+        model.add(keras.layers.Input((8,)))
+        model.add(keras.layers.Dense(1))
+        model.compile(
+            optimizer=keras.optimizers.RMSprop(learning_rate=0.1),
+            loss="mean_squared_error",
+            metrics=["mean_absolute_error"],
+        )
+        return model
+
+    # A linear target in place of MNIST pixels and labels.
+    x_train = np.random.default_rng(0).normal(size=(1000, 8)).astype("float32")
+    y_train = x_train @ np.arange(1, 9, dtype="float32") / 8
+    x_test, y_test = x_train[:200], y_train[:200]
+
+    with mirrored_strategy(2).scope():
+        model = get_model()
+    printing = LossAndErrorPrintingCallback()
+    model.fit(x_train, y_train, batch_size=128, epochs=2, verbose=0, callbacks=[printing])
+    model.evaluate(x_test, y_test, batch_size=128, verbose=0, callbacks=[printing])
+    assert len(printing.lines) == 2 * 8 + 2 + 2  # train batches, epoch ends, test batches
+    assert printing.lines[-3].startswith("The average loss for epoch 1 is")
+
+    with mirrored_strategy(2).scope():
+        model = get_model()
+    stopper = EarlyStoppingAtMinLoss()
+    history = model.fit(x_train, y_train, batch_size=64, steps_per_epoch=5, epochs=30,
+                        verbose=0, callbacks=[stopper])
+    assert stopper.stopped_epoch == len(history.history["loss"]) - 1 < 29  # stopped early
+    for restored, best in zip(model.get_weights(), stopper.best_weights):
+        np.testing.assert_array_equal(restored, best)
+
+    LR_SCHEDULE = [
+        # (epoch to start, learning rate) tuples
+        (3, 0.05),
+        (6, 0.01),
+        (9, 0.005),
+        (12, 0.001),
+    ]
+
+    def lr_schedule(epoch, lr):
+        """Helper function to retrieve the scheduled learning rate based on epoch."""
+        if epoch < LR_SCHEDULE[0][0] or epoch > LR_SCHEDULE[-1][0]:
+            return lr
+        for i in range(len(LR_SCHEDULE)):
+            if epoch == LR_SCHEDULE[i][0]:
+                return LR_SCHEDULE[i][1]
+        return lr
+
+    with mirrored_strategy(2).scope():
+        model = get_model()
+    scheduler = CustomLearningRateScheduler(lr_schedule)
+    history = model.fit(x_train, y_train, batch_size=64, steps_per_epoch=5, epochs=15,
+                        verbose=0, callbacks=[scheduler])
+    np.testing.assert_allclose(scheduler.rates, [0.1] * 3 + [0.05] * 3 + [0.01] * 3
+                               + [0.005] * 3 + [0.001] * 3, rtol=1e-6)
+    assert history.history["loss"][-1] < 0.1 * history.history["loss"][0]
+
+
+# -- guides/understanding_masking_and_padding.py ------------------------------------------------
+
+
+class TemporalSplit(keras.layers.Layer):
+    """Split the input tensor into 2 tensors along the time dimension."""
+
+    def call(self, inputs):
+        # Expect the input to be 3D and mask to be 2D, split the input tensor into 2
+        # subtensors along the time axis (axis 1).
+        return ops.split(inputs, 2, axis=1)
+
+    def compute_mask(self, inputs, mask=None):
+        # Also split the mask into 2 if it presents.
+        if mask is None:
+            return None
+        return ops.split(mask, 2, axis=1)
+
+
+class CustomEmbedding(keras.layers.Layer):
+    def __init__(self, input_dim, output_dim, mask_zero=False, **kwargs):
+        super().__init__(**kwargs)
+        self.input_dim = input_dim
+        self.output_dim = output_dim
+        self.mask_zero = mask_zero
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            shape=(self.input_dim, self.output_dim),
+            initializer="random_normal",
+            dtype="float32",
+        )
+
+    def call(self, inputs):
+        inputs = ops.cast(inputs, "int32")
+        return ops.take(self.embeddings, inputs)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+
+class TemporalSoftmax(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        assert mask is not None
+        broadcast_float_mask = ops.expand_dims(ops.cast(mask, "float32"), -1)
+        inputs_exp = ops.exp(inputs) * broadcast_float_mask
+        inputs_sum = ops.sum(inputs_exp * broadcast_float_mask, axis=-1, keepdims=True)
+        return inputs_exp / inputs_sum
+
+
+def test_understanding_masking_and_padding():
+    raw_inputs = [
+        [711, 632, 71],
+        [73, 8, 3215, 55, 927],
+        [83, 91, 1, 645, 1253, 927],
+    ]
+    # By default, this will pad using 0s; it is configurable via the
+    # "value" parameter.
+    # Note that you could use "pre" padding (at the beginning) or
+    # "post" padding (at the end).
+    # We recommend using "post" padding when working with RNN layers
+    # (in order to be able to use the
+    # CuDNN implementation of the layers).
+    padded_inputs = keras.utils.pad_sequences(raw_inputs, padding="post")
+    np.testing.assert_array_equal(padded_inputs[0], [711, 632, 71, 0, 0, 0])
+
+    with mirrored_strategy(2).scope():
+        # A mask-consuming LSTM: the padded sequence gives the unpadded one's output.
+        inputs = keras.Input(shape=(None,), dtype="int32")
+        x = layers.Embedding(input_dim=5000, output_dim=16, mask_zero=True)(inputs)
+        outputs = layers.LSTM(32)(x)
+        model = keras.Model(inputs, outputs)
+    padded = model.predict(padded_inputs, verbose=0)
+    unpadded = model.predict(np.array([raw_inputs[0]]), verbose=0)
+    np.testing.assert_allclose(padded[0], unpadded[0], rtol=1e-5, atol=1e-6)
+
+    layer = CustomEmbedding(10, 32, mask_zero=True)
+    x = np.random.random((3, 10)) * 9
+    x = x.astype("int32")
+    y = layer(x)
+    mask = layer.compute_mask(x)
+    np.testing.assert_array_equal(mask, x != 0)
+    first, second = TemporalSplit().compute_mask(y, mask)
+    np.testing.assert_array_equal(second, (x != 0)[:, 5:])
+
+    with mirrored_strategy(2).scope():
+        inputs = keras.Input(shape=(None,), dtype="int32")
+        x = layers.Embedding(input_dim=10, output_dim=32, mask_zero=True)(inputs)
+        x = layers.Dense(1)(x)
+        outputs = TemporalSoftmax()(x)
+        model = keras.Model(inputs, outputs)
+    ids = np.random.default_rng(0).integers(0, 10, size=(32, 100))
+    y = model.predict(ids, verbose=0)
+    # Softmax over the one feature: 1 where unmasked; 0 / 0 where masked, as in Keras.
+    np.testing.assert_array_equal(np.isnan(y[..., 0]), ids == 0)
+    np.testing.assert_allclose(y[..., 0][ids != 0], 1.0, rtol=1e-6)
