@@ -48,12 +48,7 @@ from mirrorfit._src.distribute.values import (
     unwrap_mirrored,
 )
 from mirrorfit._src.variables import call_context
-from mirrorfit._src.variables.lifting import (
-    UsedVariables,
-    call_with_values,
-    check_assigned,
-    stored_value,
-)
+from mirrorfit._src.variables.lifting import UsedVariables, call_with_values, check_assigned
 
 _STATIC = (bool, int, float, complex, str, type(None))
 _CALLS = threading.local()
@@ -349,11 +344,11 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
              found: list[UsedVariables] | None):
     """``fn`` as ``program(variable_values, *dynamic) -> (outputs, new_values)``.
 
-    ``variable_values`` are ``used.read`` 's values (replicated, or split as a sharded
-    optimizer state's slots: the replica gets its block); ``new_values`` are
-    ``used.assigned`` 's, combined across replicas by their aggregation (a split one's new
-    block is kept). With ``found``, the trace appends the variables ``fn`` used.
+    ``variable_values`` are ``used.read`` 's values (replicated, or a sharded optimizer state's
+    blocks); ``new_values`` are ``used.assigned`` 's, combined by their aggregation (a block
+    kept). With ``found``, the trace appends the variables ``fn`` used (placed on ``mesh``).
     """
+    place = None if found is None else mesh.placed_here
     specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
     if has_mask:
         specs.append(P(BATCH_AXIS))
@@ -371,9 +366,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
                 leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
         with call_context.call_context(rng=jax.random.key_data(rng)):
-            out, new_values, this_trace = call_with_values(
-                fn, used, values, args, kwargs,
-                unmapped=None if found is None else functools.partial(_on_mesh, mesh))
+            out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs, place)
         if found is not None:
             found.append(this_trace)
         else:
@@ -387,20 +380,6 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
     assigned_specs = [spec_of(mesh, v.value) for v in used.assigned]
     return compile_per_replica(mesh, per_replica, ([*read_specs, P()], *specs),
                                (P(BATCH_AXIS), assigned_specs), masked=has_mask)
-
-
-def _on_mesh(mesh: DeviceMesh, variable: Any) -> Any:
-    """A variable's stored value as the first (shape-finding) trace reads it: placed on
-    ``mesh`` when it lives on other devices (a model created outside ``strategy.scope()``;
-    the compiled call copies it there too), since an array of another mesh cannot enter a
-    per-replica function of this one."""
-    value = stored_value(variable)
-    sharding = getattr(value, "sharding", None)
-    if (not isinstance(value, jax.Array) or sharding is None  # stored values are concrete
-            or sharding.device_set == mesh.replicated_sharding.device_set):
-        return value
-    with jax.ensure_compile_time_eval():
-        return jax.device_put(value, mesh.replicated_sharding)
 
 
 def aggregate(variable: Any, old: jax.Array, new: jax.Array) -> jax.Array:
