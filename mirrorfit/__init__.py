@@ -14,8 +14,10 @@ from mirrorfit import layers as layers
 from mirrorfit import losses as losses
 from mirrorfit import metrics as metrics
 from mirrorfit import mixed_precision as mixed_precision
+from mirrorfit import models as models
 from mirrorfit import ops as ops
 from mirrorfit import optimizers as optimizers
+from mirrorfit import preprocessing as preprocessing
 from mirrorfit import random as random
 from mirrorfit import regularizers as regularizers
 from mirrorfit import saving as saving
@@ -40,9 +42,16 @@ from mirrorfit._src.distribute.values import ReduceOp as ReduceOp
 from mirrorfit._src.distribute.values import batch_mask as batch_mask
 from mirrorfit._src.distribute.zero import unsplit_optimizer_state as unsplit_optimizer_state
 from mirrorfit._src.layers.functional import Input as Input
+from mirrorfit._src.layers.initializers import Initializer as Initializer
+from mirrorfit._src.layers.layer import Layer as Layer
+from mirrorfit._src.layers.regularizers import Regularizer as Regularizer
+from mirrorfit._src.layers.symbolic import KerasTensor as KerasTensor
+from mirrorfit._src.losses.loss import Loss as Loss
+from mirrorfit._src.metrics.metric import Metric as Metric
 from mirrorfit._src.models.loading import load_model as load_model
 from mirrorfit._src.models.model import Model as Model
 from mirrorfit._src.models.sequential import Sequential as Sequential
+from mirrorfit._src.optimizers.base import Optimizer as Optimizer
 from mirrorfit._src.optimizers.gradients import apply_gradients as apply_gradients
 from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
@@ -59,15 +68,22 @@ __all__ = [
     "CheckpointManager",
     "GradientTape",
     "History",
+    "Initializer",
     "Input",
     "InputContext",
+    "KerasTensor",
+    "Layer",
+    "Loss",
+    "Metric",
     "Mirrored",
     "MirroredStrategy",
     "MirrorfitWarning",
     "Model",
     "MultiWorkerMirroredStrategy",
+    "Optimizer",
     "PerReplica",
     "ReduceOp",
+    "Regularizer",
     "ReplicaContext",
     "Sequential",
     "Variable",
@@ -88,8 +104,10 @@ __all__ = [
     "losses",
     "metrics",
     "mixed_precision",
+    "models",
     "ops",
     "optimizers",
+    "preprocessing",
     "random",
     "regularizers",
     "saving",

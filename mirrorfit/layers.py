@@ -14,13 +14,20 @@ from mirrorfit._src.layers.attention import MultiHeadAttention as MultiHeadAtten
 from mirrorfit._src.layers.base import FlaxLayer as FlaxLayer
 from mirrorfit._src.layers.conv_lstm import ConvLSTM2D as ConvLSTM2D
 from mirrorfit._src.layers.convolutional import Conv1D as Conv1D
+from mirrorfit._src.layers.convolutional import Conv1D as Convolution1D
 from mirrorfit._src.layers.convolutional import Conv1DTranspose as Conv1DTranspose
+from mirrorfit._src.layers.convolutional import Conv1DTranspose as Convolution1DTranspose
 from mirrorfit._src.layers.convolutional import Conv2D as Conv2D
+from mirrorfit._src.layers.convolutional import Conv2D as Convolution2D
 from mirrorfit._src.layers.convolutional import Conv2DTranspose as Conv2DTranspose
+from mirrorfit._src.layers.convolutional import Conv2DTranspose as Convolution2DTranspose
 from mirrorfit._src.layers.convolutional import Conv3D as Conv3D
+from mirrorfit._src.layers.convolutional import Conv3D as Convolution3D
 from mirrorfit._src.layers.convolutional import Conv3DTranspose as Conv3DTranspose
+from mirrorfit._src.layers.convolutional import Conv3DTranspose as Convolution3DTranspose
 from mirrorfit._src.layers.convolutional import DepthwiseConv2D as DepthwiseConv2D
 from mirrorfit._src.layers.convolutional import SeparableConv2D as SeparableConv2D
+from mirrorfit._src.layers.convolutional import SeparableConv2D as SeparableConvolution2D
 from mirrorfit._src.layers.core import Activation as Activation
 from mirrorfit._src.layers.core import ActivityRegularization as ActivityRegularization
 from mirrorfit._src.layers.core import Dense as Dense
@@ -64,16 +71,30 @@ from mirrorfit._src.layers.normalization import GroupNormalization as GroupNorma
 from mirrorfit._src.layers.normalization import LayerNormalization as LayerNormalization
 from mirrorfit._src.layers.normalization import UnitNormalization as UnitNormalization
 from mirrorfit._src.layers.pooling import AveragePooling1D as AveragePooling1D
+
+# Keras' other names of the same layers (keras.layers.MaxPool2D is MaxPooling2D).
+from mirrorfit._src.layers.pooling import AveragePooling1D as AvgPool1D
 from mirrorfit._src.layers.pooling import AveragePooling2D as AveragePooling2D
+from mirrorfit._src.layers.pooling import AveragePooling2D as AvgPool2D
 from mirrorfit._src.layers.pooling import AveragePooling3D as AveragePooling3D
+from mirrorfit._src.layers.pooling import AveragePooling3D as AvgPool3D
 from mirrorfit._src.layers.pooling import GlobalAveragePooling1D as GlobalAveragePooling1D
+from mirrorfit._src.layers.pooling import GlobalAveragePooling1D as GlobalAvgPool1D
 from mirrorfit._src.layers.pooling import GlobalAveragePooling2D as GlobalAveragePooling2D
+from mirrorfit._src.layers.pooling import GlobalAveragePooling2D as GlobalAvgPool2D
 from mirrorfit._src.layers.pooling import GlobalAveragePooling3D as GlobalAveragePooling3D
+from mirrorfit._src.layers.pooling import GlobalAveragePooling3D as GlobalAvgPool3D
+from mirrorfit._src.layers.pooling import GlobalMaxPooling1D as GlobalMaxPool1D
 from mirrorfit._src.layers.pooling import GlobalMaxPooling1D as GlobalMaxPooling1D
+from mirrorfit._src.layers.pooling import GlobalMaxPooling2D as GlobalMaxPool2D
 from mirrorfit._src.layers.pooling import GlobalMaxPooling2D as GlobalMaxPooling2D
+from mirrorfit._src.layers.pooling import GlobalMaxPooling3D as GlobalMaxPool3D
 from mirrorfit._src.layers.pooling import GlobalMaxPooling3D as GlobalMaxPooling3D
+from mirrorfit._src.layers.pooling import MaxPooling1D as MaxPool1D
 from mirrorfit._src.layers.pooling import MaxPooling1D as MaxPooling1D
+from mirrorfit._src.layers.pooling import MaxPooling2D as MaxPool2D
 from mirrorfit._src.layers.pooling import MaxPooling2D as MaxPooling2D
+from mirrorfit._src.layers.pooling import MaxPooling3D as MaxPool3D
 from mirrorfit._src.layers.pooling import MaxPooling3D as MaxPooling3D
 from mirrorfit._src.layers.preprocessing.image_affine import RandomFlip as RandomFlip
 from mirrorfit._src.layers.preprocessing.image_affine import RandomRotation as RandomRotation
@@ -124,6 +145,9 @@ __all__ = [
     "AveragePooling1D",
     "AveragePooling2D",
     "AveragePooling3D",
+    "AvgPool1D",
+    "AvgPool2D",
+    "AvgPool3D",
     "BatchNormalization",
     "Bidirectional",
     "CenterCrop",
@@ -135,6 +159,12 @@ __all__ = [
     "Conv3D",
     "Conv3DTranspose",
     "ConvLSTM2D",
+    "Convolution1D",
+    "Convolution1DTranspose",
+    "Convolution2D",
+    "Convolution2DTranspose",
+    "Convolution3D",
+    "Convolution3DTranspose",
     "Cropping1D",
     "Cropping2D",
     "Cropping3D",
@@ -150,6 +180,12 @@ __all__ = [
     "GlobalAveragePooling1D",
     "GlobalAveragePooling2D",
     "GlobalAveragePooling3D",
+    "GlobalAvgPool1D",
+    "GlobalAvgPool2D",
+    "GlobalAvgPool3D",
+    "GlobalMaxPool1D",
+    "GlobalMaxPool2D",
+    "GlobalMaxPool3D",
     "GlobalMaxPooling1D",
     "GlobalMaxPooling2D",
     "GlobalMaxPooling3D",
@@ -164,6 +200,9 @@ __all__ = [
     "LayerNormalization",
     "LeakyReLU",
     "Masking",
+    "MaxPool1D",
+    "MaxPool2D",
+    "MaxPool3D",
     "MaxPooling1D",
     "MaxPooling2D",
     "MaxPooling3D",
@@ -187,6 +226,7 @@ __all__ = [
     "Reshape",
     "Resizing",
     "SeparableConv2D",
+    "SeparableConvolution2D",
     "SimpleRNN",
     "Softmax",
     "SpatialDropout1D",

@@ -1,5 +1,34 @@
 """Keras' metrics and the ``Metric`` interface for your own: ``mf.metrics.AUC()``, ``get``."""
 
+# Keras 3's keras.metrics also names the losses' functions (per-example values [batch]).
+from mirrorfit._src.losses.crossentropy_losses import binary_crossentropy as binary_crossentropy
+from mirrorfit._src.losses.crossentropy_losses import (
+    binary_focal_crossentropy as binary_focal_crossentropy,
+)
+from mirrorfit._src.losses.crossentropy_losses import (
+    categorical_crossentropy as categorical_crossentropy,
+)
+from mirrorfit._src.losses.crossentropy_losses import (
+    categorical_focal_crossentropy as categorical_focal_crossentropy,
+)
+from mirrorfit._src.losses.crossentropy_losses import (
+    sparse_categorical_crossentropy as sparse_categorical_crossentropy,
+)
+from mirrorfit._src.losses.regression_losses import categorical_hinge as categorical_hinge
+from mirrorfit._src.losses.regression_losses import hinge as hinge
+from mirrorfit._src.losses.regression_losses import huber as huber
+from mirrorfit._src.losses.regression_losses import kl_divergence as kl_divergence
+from mirrorfit._src.losses.regression_losses import log_cosh as log_cosh
+from mirrorfit._src.losses.regression_losses import mean_absolute_error as mean_absolute_error
+from mirrorfit._src.losses.regression_losses import (
+    mean_absolute_percentage_error as mean_absolute_percentage_error,
+)
+from mirrorfit._src.losses.regression_losses import mean_squared_error as mean_squared_error
+from mirrorfit._src.losses.regression_losses import (
+    mean_squared_logarithmic_error as mean_squared_logarithmic_error,
+)
+from mirrorfit._src.losses.regression_losses import poisson as poisson
+from mirrorfit._src.losses.regression_losses import squared_hinge as squared_hinge
 from mirrorfit._src.metrics.accuracy_metrics import Accuracy as Accuracy
 from mirrorfit._src.metrics.accuracy_metrics import BinaryAccuracy as BinaryAccuracy
 from mirrorfit._src.metrics.accuracy_metrics import CategoricalAccuracy as CategoricalAccuracy
@@ -63,9 +92,13 @@ __all__ = [
     "CategoricalCrossentropy", "CategoricalHinge", "CosineSimilarity", "F1Score", "FBetaScore",
     "FalseNegatives", "FalsePositives", "Hinge", "InferredAccuracy", "IoU", "KLDivergence",
     "LogCoshError", "Mean", "MeanAbsoluteError", "MeanAbsolutePercentageError", "MeanIoU",
-    "MeanMetricWrapper", "MeanSquaredError", "MeanSquaredLogarithmicError", "Metric",
-    "OneHotIoU", "OneHotMeanIoU", "Poisson", "Precision", "Recall", "RootMeanSquaredError",
-    "SparseCategoricalAccuracy", "SparseCategoricalCrossentropy",
-    "SparseTopKCategoricalAccuracy", "SquaredHinge", "Sum", "TopKCategoricalAccuracy",
-    "TrueNegatives", "TruePositives", "deserialize", "divide_no_nan", "get", "serialize",
+    "MeanMetricWrapper", "MeanSquaredError", "MeanSquaredLogarithmicError", "Metric", "OneHotIoU",
+    "OneHotMeanIoU", "Poisson", "Precision", "Recall", "RootMeanSquaredError",
+    "SparseCategoricalAccuracy", "SparseCategoricalCrossentropy", "SparseTopKCategoricalAccuracy",
+    "SquaredHinge", "Sum", "TopKCategoricalAccuracy", "TrueNegatives", "TruePositives",
+    "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy",
+    "categorical_focal_crossentropy", "categorical_hinge", "deserialize", "divide_no_nan", "get",
+    "hinge", "huber", "kl_divergence", "log_cosh", "mean_absolute_error",
+    "mean_absolute_percentage_error", "mean_squared_error", "mean_squared_logarithmic_error",
+    "poisson", "serialize", "sparse_categorical_crossentropy", "squared_hinge",
 ]

@@ -10,7 +10,17 @@ from mirrorfit._src.trainers.keras_steps import (
 )
 from mirrorfit._src.utils.numerical_utils import normalize as normalize
 from mirrorfit._src.utils.numerical_utils import to_categorical as to_categorical
+from mirrorfit._src.utils.registry import CustomObjectScope as CustomObjectScope
+from mirrorfit._src.utils.registry import custom_object_scope as custom_object_scope
+from mirrorfit._src.utils.registry import deserialize as deserialize_keras_object
+from mirrorfit._src.utils.registry import get_registered_name as get_registered_name
+from mirrorfit._src.utils.registry import get_registered_object as get_registered_object
+from mirrorfit._src.utils.registry import register_serializable as register_keras_serializable
+from mirrorfit._src.utils.registry import serialize as serialize_keras_object
 from mirrorfit._src.utils.sequence_utils import pad_sequences as pad_sequences
 
-__all__ = ["PyDataset", "audit_step", "normalize", "pad_sequences", "plot_model", "set_random_seed",
-           "simulate_cpu_devices", "to_categorical", "unpack_x_y_sample_weight"]
+__all__ = ["CustomObjectScope", "PyDataset", "audit_step", "custom_object_scope",
+           "deserialize_keras_object", "get_registered_name", "get_registered_object",
+           "normalize", "pad_sequences", "plot_model", "register_keras_serializable",
+           "serialize_keras_object", "set_random_seed", "simulate_cpu_devices",
+           "to_categorical", "unpack_x_y_sample_weight"]

@@ -2,6 +2,7 @@
 read back with ``MlflowClient`` and compared with ``fit``'s History and the model's own
 values."""
 
+import socket
 import sys
 
 import mlflow
@@ -149,3 +150,16 @@ def test_without_mlflow_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow", None)  # import mlflow raises ImportError
     with pytest.raises(ImportError, match=r"pip install mirrorfit\[mlflow\]"):
         mf.callbacks.MLflowLogger()
+
+
+def test_a_dead_tracking_server_is_an_error_at_once_naming_the_uri(model):
+    # Before: MLflow's client retried with backoff for 253 s, then raised its own exception.
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    logger = mf.callbacks.MLflowLogger(run_name="dead", tracking_uri=uri)
+    with pytest.raises(ConnectionError, match=rf"cannot reach the MLflow tracking server at "
+                                              rf"{uri}.*mlflow server.*file:\./mlruns"):
+        th.fit(model, [logger])
+    assert logger.run_id is None

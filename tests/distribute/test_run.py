@@ -8,6 +8,7 @@ padded to 12 on 2 replicas and to 16 on 8).
 """
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -653,3 +654,34 @@ def test_random_layers_and_draws_differ_per_call_and_per_replica_inside_run():
     draws = np.asarray(draws_a.values)
     assert len({tuple(row) for row in draws}) == strategy.num_replicas_in_sync
     assert not np.array_equal(draws, np.asarray(draws_b.values))
+
+
+def test_run_takes_a_model_and_optimizer_created_outside_the_scope():
+    # The guide: objects created outside strategy.scope() are copied to the replicas on every
+    # call. Before: the first (shape-finding) trace read their arrays of the default
+    # one-device mesh inside the per-replica function: JAX's "use_abstract_mesh cannot change
+    # the size of the mesh".
+    x, y = _data(16), _data(16, seed=1)[:, :2]
+
+    def train(model, optimizer, strategy):
+        def step(xb, yb):
+            loss, grads = mf.value_and_grad(lambda: mf.compute_average_loss(
+                jnp.mean((model(xb) - yb) ** 2, axis=-1)), model.trainable_variables)()
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        batch = _distribute(strategy, (x, y))
+        return [float(strategy.reduce("SUM", strategy.run(step, args=batch), axis=None))
+                for _ in range(2)]
+
+    with warnings.catch_warnings():  # "created outside any strategy.scope()", once per process
+        warnings.simplefilter("ignore", mf.MirrorfitWarning)
+        outside = mf.Sequential([mf.layers.Input((FEATURES,)), mf.layers.Dense(2)])
+    losses = train(outside, mf.optimizers.SGD(0.1), mirrored_strategy(8))
+    with mirrored_strategy(8).scope():  # the same run, all mirrored
+        inside = mf.Sequential([mf.layers.Input((FEATURES,)), mf.layers.Dense(2)])
+        optimizer = mf.optimizers.SGD(0.1)
+    np.testing.assert_allclose(losses, train(inside, optimizer, mirrored_strategy(8)),
+                               rtol=1e-6)
+    for a, b in zip(outside.get_weights(), inside.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert losses[1] < losses[0]

@@ -188,3 +188,13 @@ def test_non_trainable_layers_are_masked_and_their_batchnorm_infers():
     for before, after in zip(jax.tree.leaves(v["batch_stats"]),
                              jax.tree.leaves(updates["batch_stats"])):
         np.testing.assert_array_equal(before, after)  # inference mode: no update
+
+
+@pytest.mark.parametrize("dtype", ["string", object, str])
+def test_a_string_input_names_the_host_side_text_layers(dtype):
+    # Before: NumPy's "data type 'string' not understood" (or an object tensor that failed
+    # later, inside the model).
+    with pytest.raises(ValueError, match=r"Input takes array dtypes.*TextVectorization.*"
+                                         r"Received: dtype=.* for Input 'text'"):
+        layers.Input(shape=(1,), dtype=dtype, name="text")
+    assert layers.Input((2,), dtype="bfloat16").dtype.name == "bfloat16"

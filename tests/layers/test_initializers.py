@@ -66,3 +66,30 @@ def test_names_match_classes_and_configs_round_trip_through_a_layer():
     rebuilt = mf.layers.Dense.from_config(config)
     assert rebuilt.kernel_initializer == mf.initializers.VarianceScaling(0.5, seed=1)
     assert rebuilt.bias_initializer == "ones"
+
+
+@pytest.mark.parametrize("initializer, limit", [
+    ("glorot_uniform", math.sqrt(6 / (2 * 3000))),
+    (mf.initializers.HeUniform(), math.sqrt(6 / 3000))])
+def test_fan_initializers_take_a_vector_with_keras_fans(initializer, limit):
+    # Keras' compute_fans: a 1-D shape (n,) has fan_in = fan_out = n; a scalar has 1. So
+    # add_weight(shape=(n,)) with the default glorot_uniform works, as in Keras.
+    w = np.asarray(mf.initializers.get(initializer)(KEY, (3000,)))
+    assert w.shape == (3000,) and -limit <= w.min() and w.max() <= limit
+    np.testing.assert_allclose(w.std(), 2 * limit / math.sqrt(12), rtol=0.05)
+    assert mf.initializers.get(initializer)(KEY, ()).shape == ()
+
+
+def test_add_weight_of_a_vector_takes_keras_default_initializer():
+    class Scale(mf.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1],))
+
+        def call(self, x):
+            return x * self.w
+
+    layer = Scale()
+    layer(np.ones((1, 500), np.float32))
+    w = layer.w.numpy()
+    limit = math.sqrt(6 / 1000)
+    assert -limit <= w.min() and w.max() <= limit and w.std() > limit / 3

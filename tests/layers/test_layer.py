@@ -476,3 +476,28 @@ def test_default_names_are_numbered_per_class():
         pass
 
     assert [Numbered().name for _ in range(3)] == ["numbered", "numbered_1", "numbered_2"]
+
+
+def test_add_weight_in_call_or_after_build_is_refused_naming_build():
+    # Keras locks a built layer's state. Before: add_weight in call was refused only at a
+    # second call (a name clash, with advice about name=), and add_weight after build ended
+    # in Flax's ScopeParamNotFoundError when the model ran.
+    class InCall(mf.layers.Layer):
+        def call(self, x):
+            return x * self.add_weight(shape=(x.shape[-1],), name="w")
+
+    class Scale(mf.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="w")
+
+        def call(self, x):
+            return x * self.w
+
+    with pytest.raises(ValueError, match=r"add new weights to layer 'in_call'.*in __init__\(\) "
+                                         r"or in build\(self, input_shape\).*name='w'"):
+        InCall()(np.ones((2, 3), np.float32))
+    layer = Scale()
+    layer(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match=r"already built.*Received: add_weight\(name='extra'\)"):
+        layer.add_weight(shape=(3,), name="extra")
+    assert [w.name for w in layer.weights] == ["w"]

@@ -62,3 +62,17 @@ def test_host_layers_lead_model_layers_and_summary_without_weights(text_model):
     cells = [cell.strip() for cell in rows[0].split("│")[1:4]]
     assert cells == [vectorize.name, "(None, 5)", "0"]  # the type wraps to the next line
     assert "Total params: 42" in lines[0]  # Embedding 8*4 + Dense 4*2+2
+
+
+def test_a_functional_model_on_a_list_of_inputs_takes_a_dict_by_input_name():
+    a, b = mf.Input((3,), name="a"), mf.Input((2,), name="b")
+    with mirrored_strategy(2).scope():
+        model = mf.Model([a, b], mf.layers.Dense(1)(mf.layers.concatenate([a, b])))
+        model.compile(mf.optimizers.SGD(0.1), "mse")
+    xa, xb = np.ones((8, 3), np.float32), np.zeros((8, 2), np.float32)
+    y = np.ones((8, 1), np.float32)
+    by_name = model.evaluate({"b": xb, "a": xa}, y, verbose=0)
+    assert by_name == model.evaluate([xa, xb], y, verbose=0)
+    np.testing.assert_array_equal(model.predict({"a": xa, "b": xb}, verbose=0),
+                                  model.predict([xa, xb], verbose=0))
+    model.fit({"a": xa, "b": xb}, y, epochs=1, verbose=0, validation_data=({"a": xa, "b": xb}, y))

@@ -37,7 +37,7 @@ def test_functional_two_inputs_two_outputs_fit_matches_single_replica(n, allclos
                           loss_weights=[0.5, 1.0], metrics=[["mae"], ["accuracy"]])
             before = model.get_weights()
             history = model.fit([X, X2], [X[:, :1], Y], batch_size=16, epochs=2, verbose=0)
-        assert {"loss", "output_1_loss", "output_2_loss", "output_2_accuracy"} <= set(
+        assert {"loss", "reg_loss", "cls_loss", "cls_accuracy"} <= set(
             history.history)
         assert not np.allclose(before[0], model.get_weights()[0])
         results.append((model.get_weights(), model.predict([X, X2], verbose=0)))

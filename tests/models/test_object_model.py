@@ -248,3 +248,31 @@ def test_callbacks_read_the_current_weights_of_layers_and_inner_models_during_fi
     assert all(not np.allclose(a, b) for a, b in itertools.pairwise(kernels))
     np.testing.assert_array_equal(kernels[-1], model.decoder.weights[0].numpy())
     np.testing.assert_allclose(seen[-1][1], encoder.predict(X, verbose=0), rtol=1e-6)
+
+
+def test_nested_sequentials_in_layers_build_inside_a_functional_model():
+    # keras-io's MLP-Mixer: Layer subclasses holding Sequentials, in a Sequential, called on
+    # an Input. Building read the outer Sequential's state inside the symbolic call's shape
+    # trace, which staged the sync of the inner variables: tracers left in the state raised
+    # UnexpectedTracerError when the functional model was built.
+    class Block(L.Layer):
+        def __init__(self):
+            super().__init__()
+            self.mlp = mf.Sequential([L.Dense(4, activation="relu"), L.Dense(4)])
+
+        def call(self, x):
+            return x + self.mlp(x)
+
+    with mirrored_strategy(2).scope():
+        blocks = mf.Sequential([Block(), Block()])
+        inputs = mf.Input((3, 4))
+        model = mf.Model(inputs, L.Dense(2)(blocks(inputs)))
+        model.compile(mf.optimizers.SGD(0.1), "mse")
+    x = RNG.normal(size=(8, 3, 4)).astype(np.float32)
+    assert all(isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
+               for leaf in jax.tree.leaves(blocks.state.params))
+    history = model.fit(x, np.zeros((8, 3, 2), np.float32), batch_size=4, epochs=2, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    # The trained weights are the inner Sequentials' own: the first block's view agrees.
+    inner = blocks.layers[0].mlp.get_weights()[0]
+    np.testing.assert_array_equal(inner, model.get_weights()[0])

@@ -109,3 +109,37 @@ def test_keras_op_builds_from_a_path():
     op = keras_op("total", "numpy.sum", "x, axis=None")
     assert op.__name__ == "total" and op.__wrapped__ is np.sum
     assert op(X, 0).tolist() == [3.0, 5.0, 7.0]
+
+
+def test_python_lists_are_arrays_as_keras_converts_them():
+    assert int(ops.sum([1, 2, 3])) == 6
+    np.testing.assert_array_equal(ops.sum([[1.0, 2.0], [3.0, 4.0]], axis=0), [4.0, 6.0])
+    np.testing.assert_array_equal(ops.maximum([1, 5], (3, 3)), [3, 5])
+    # stack takes a sequence of arrays: stacked along the given axis, not first converted.
+    stacked = ops.stack([jnp.ones(2), jnp.zeros(2)], axis=1)
+    np.testing.assert_array_equal(stacked, np.stack([np.ones(2), np.zeros(2)], axis=1))
+
+
+def test_shape_arithmetic_on_constants_traces_under_jit():
+    # keras-io's causal attention mask (the miniature GPT, the translation examples):
+    # TensorFlow evaluates the multiples eagerly, JAX would stage them and refuse them as
+    # tile's static repeats.
+    def causal_attention_mask(batch_size, n_dest, n_src, dtype):
+        i = ops.arange(n_dest)[:, None]
+        j = ops.arange(n_src)
+        m = i >= j - n_src + n_dest
+        mask = ops.cast(m, dtype)
+        mask = ops.reshape(mask, [1, n_dest, n_src])
+        mult = ops.concatenate(
+            [ops.expand_dims(batch_size, -1), ops.convert_to_tensor([1, 1])], 0)
+        return ops.tile(mask, mult)
+
+    got = jax.jit(lambda x: causal_attention_mask(x.shape[0], x.shape[1], x.shape[1],
+                                                  "bool"))(jnp.zeros((2, 3)))
+    np.testing.assert_array_equal(got, np.broadcast_to(np.tril(np.ones((3, 3), bool)),
+                                                       (2, 3, 3)))
+    # A constant array as reshape's shape; a traced argument is still staged as before.
+    assert jax.jit(lambda x: ops.reshape(x, ops.convert_to_tensor([3, 2])))(
+        jnp.ones(6)).shape == (3, 2)
+    with pytest.raises(TypeError):  # a traced shape cannot be static: JAX's own error
+        jax.jit(lambda x, s: ops.reshape(x, s))(jnp.ones(6), jnp.array([3, 2]))

@@ -260,15 +260,20 @@ def test_model_whole_training_state_restores_bitwise_onto_one_device(tmp_path):
     tree_equal(jax.device_get(uncompiled.params), jax.device_get(model.params))
 
 
-def test_unbuilt_model_is_an_error_naming_the_fix(tmp_path):
-    path = mf.Checkpoint(model=_classifier(1, seed=0)).save(tmp_path / "ckpt")
+def test_unbuilt_model_restores_when_built_and_cannot_be_saved(tmp_path):
+    model = _classifier(1, seed=0)
+    path = mf.Checkpoint(model=model).save(tmp_path / "ckpt")
     with mirrored_strategy(1).scope():
-        unbuilt = mf.Sequential([nn.Dense(3)])
-    with pytest.raises(ValueError, match=r"model=\.\.\.\) holds a model with no weights yet.*"
-                                         r"model\.build\(input_shape\)"):
-        mf.Checkpoint(model=unbuilt).restore(path)
+        unbuilt = mf.Sequential([nn.Dense(8), nn.relu, nn.Dense(3), nn.softmax])
     with pytest.raises(ValueError, match="nothing to save"):
         mf.Checkpoint(model=unbuilt).save(tmp_path / "other")
+    status = mf.Checkpoint(model=unbuilt).restore(path)  # deferred, as in TensorFlow
+    assert status.deferred == ["model"]
+    with pytest.raises(AssertionError, match=r"\['model'\] are not built yet"):
+        status.assert_consumed()
+    unbuilt.build((4,))
+    assert status.deferred == [] and status.assert_consumed() is status
+    tree_equal(jax.device_get(unbuilt.params), jax.device_get(model.params))
 
 
 # -- naming, the index file, write/read -------------------------------------------------------
@@ -457,3 +462,50 @@ def test_a_fresh_model_and_a_fresh_mf_optimizer_restore_a_custom_loop(tmp_path):
                             (fresh_optimizer.variables, optimizer.variables)]:
         for a, b in zip(restored, saved, strict=True):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_restore_into_an_unbuilt_model_and_optimizer_waits_for_their_build(tmp_path):
+    # TF's training-checkpoints tutorial: a new model and optimizer, not built yet, restore
+    # the checkpoint; the values are assigned when each creates its variables (the model at
+    # its first call, the optimizer at its first apply_gradients), so training goes on
+    # exactly as the saved run did.
+    class Net(mf.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.l1 = mf.layers.Dense(5)
+
+        def call(self, x):
+            return self.l1(x)
+
+    def train_step(net, opt):
+        if not net.built:
+            net(X[:1])  # mf.value_and_grad needs the variables: a first call creates them
+        loss, grads = mf.value_and_grad(lambda: jnp.mean(jnp.abs(net(X) - Y[:, :1])),
+                                        net.trainable_variables)()
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+
+    with mirrored_strategy(2).scope():
+        net, opt = Net(), mf.optimizers.Adam(0.1)
+        for _ in range(3):
+            train_step(net, opt)
+        path = mf.Checkpoint(step=mf.Variable(3), optimizer=opt, net=net).save(tmp_path / "c")
+        for _ in range(2):
+            train_step(net, opt)
+        fresh_net, fresh_opt, step = Net(), mf.optimizers.Adam(0.1), mf.Variable(0)
+        status = mf.Checkpoint(step=step, optimizer=fresh_opt, net=fresh_net).restore(path)
+        assert int(step.numpy()) == 3 and status.deferred == ["optimizer", "net"]
+        for _ in range(2):
+            train_step(fresh_net, fresh_opt)
+    assert status.deferred == []
+    _assert_bitwise(_values(fresh_net, fresh_opt), _values(net, opt))
+    assert int(fresh_opt.iterations.numpy()) == 5
+
+
+def test_a_deferred_restore_into_another_architecture_raises_at_the_build(tmp_path):
+    with mirrored_strategy(1).scope():
+        path = mf.Checkpoint(model=_classifier(1, seed=0)).save(tmp_path / "ckpt")
+        other = mf.Sequential([nn.Dense(5), nn.Dense(3)])
+    mf.Checkpoint(model=other).restore(path)
+    with pytest.raises(ValueError, match=r"The restore of 'model' from .*deferred until it was "
+                                         r"built, does not match it"):
+        other.build((4,))

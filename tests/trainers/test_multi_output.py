@@ -175,3 +175,67 @@ def test_targets_that_do_not_match_the_outputs_are_named(call, argument, as_dict
     assert names in str(e.value) and received in str(e.value)
     for before, after in zip(initial, model.get_weights(), strict=True):
         np.testing.assert_array_equal(before, after)  # no step ran
+
+
+def _functional_two_heads(n):
+    """keras-io's functional-API guide in small: list outputs named by their layers."""
+    inputs = mf.Input((FEATURES,), name="features")
+    h = mf.layers.Dense(8, activation="relu")(inputs)
+    cls = mf.layers.Dense(CLASSES, activation="softmax", name="cls")(h)
+    reg = mf.layers.Dense(2, name="reg")(h)
+    with mf.MirroredStrategy(jax.devices()[:n]).scope():
+        return mf.Model(inputs, [cls, reg])
+
+
+def test_functional_list_outputs_take_compile_arguments_and_targets_by_output_name():
+    model = _functional_two_heads(2)
+    assert model.output_names == ["cls", "reg"]
+    model.compile(optax.sgd(0.1), loss={"reg": "mse", "cls": "sparse_categorical_crossentropy"},
+                  loss_weights={"cls": 1.0, "reg": 0.5}, metrics={"cls": "accuracy",
+                                                                   "reg": ["mae"]})
+    by_name = model.evaluate(X, {"reg": TARGETS, "cls": LABELS}, batch_size=16, verbose=0,
+                             return_dict=True)
+    assert list(by_name) == ["loss", "cls_loss", "reg_loss", "cls_accuracy", "reg_mae"]
+    by_position = model.evaluate(X, (LABELS, TARGETS), batch_size=16, verbose=0,
+                                 return_dict=True)
+    assert by_position == pytest.approx(by_name, rel=1e-6)
+    # The values: NumPy on the model's own predictions.
+    probs, values = model.predict(X, verbose=0)
+    crossentropy = -np.log(np.clip(probs, 1e-7, 1 - 1e-7)[np.arange(N), LABELS])
+    squared = ((values - TARGETS) ** 2).mean(-1)
+    np.testing.assert_allclose(by_name["loss"], crossentropy.mean() + 0.5 * squared.mean(),
+                               rtol=RTOL)
+    np.testing.assert_allclose(by_name["reg_mae"], np.abs(values - TARGETS).mean(), rtol=RTOL)
+    history = model.fit(X, {"cls": LABELS, "reg": TARGETS}, batch_size=16, verbose=0)
+    assert set(history.history) == set(by_name)
+
+
+@pytest.mark.parametrize("kwargs, y, match", [
+    (dict(loss={"cls": "mse", "bad": "mse"}), (LABELS, TARGETS),
+     (r"^loss names outputs \['bad'\] that the model does not have; the outputs are "
+      r"\['cls', 'reg'\] \(model.output_names\)")),
+    (dict(loss=["sparse_categorical_crossentropy", "mse"]), {"cls": LABELS, "rg": TARGETS},
+     (r"^y must hold one target per output.*\['cls', 'reg'\].*Received: y=a dict with keys "
+      r"\['cls', 'rg'\]")),
+    (dict(loss=["mse"]), (LABELS, TARGETS), r"loss is given per output for outputs \['cls'\]"),
+])
+def test_functional_outputs_are_named_by_their_layers_in_errors(kwargs, y, match):
+    model = _functional_two_heads(1)
+    with pytest.raises(ValueError, match=match):
+        model.compile(optax.sgd(0.1), **kwargs)
+        model.evaluate(X, y, batch_size=16, verbose=0)
+
+
+def test_a_loss_given_for_some_outputs_takes_only_their_targets():
+    # Keras' "partially defined" loss (the miniature GPT: loss=[fn, None], y one array).
+    model = _functional_two_heads(2)
+    model.compile(optax.sgd(0.1), loss=["sparse_categorical_crossentropy", None])
+    one_array = model.evaluate(X, LABELS, batch_size=16, verbose=0, return_dict=True)
+    assert list(one_array) == ["loss"]  # as Keras: no per-output loss for one loss
+    probs, _ = model.predict(X, verbose=0)
+    crossentropy = -np.log(np.clip(probs, 1e-7, 1 - 1e-7)[np.arange(N), LABELS])
+    np.testing.assert_allclose(one_array["loss"], crossentropy.mean(), rtol=RTOL)
+    as_list = model.evaluate(X, [LABELS], batch_size=16, verbose=0, return_dict=True)
+    assert as_list["loss"] == pytest.approx(one_array["loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="one target per output"):
+        model.evaluate(X, (LABELS, TARGETS, TARGETS), batch_size=16, verbose=0)

@@ -9,7 +9,9 @@ configuration as params, the metrics with ``log_batch``, and ``set_terminated``.
 from __future__ import annotations
 
 import json
+import socket
 import time
+import urllib.parse
 import warnings
 from typing import Any
 
@@ -27,6 +29,34 @@ def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             params[f"{prefix}{key}"] = value if isinstance(value, str) else json.dumps(value)
     return params
+
+
+UNREACHABLE = (
+    "MLflowLogger cannot reach the MLflow tracking server at {uri} ({error}). Start it "
+    "(`mlflow server --host {host} --port {port}`), or point tracking_uri= (or "
+    "MLFLOW_TRACKING_URI) at a running server or a local store (\"file:./mlruns\", "
+    "\"sqlite:///mlflow.db\"). Received: tracking_uri={uri!r}")
+"""Error for an HTTP tracking server nothing listens at (MLflow would retry for minutes)."""
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection to an HTTP tracking server
+
+
+def check_reachable(uri: str) -> None:
+    """Raises at once when ``uri`` is an ``http(s)`` tracking server that accepts no
+    connection, which MLflow's client would retry with backoff for about four minutes before
+    raising its own exception; other stores (files, databases) are not checked.
+
+    Raises:
+        ConnectionError: naming the URI and how to start a server or use a local store.
+    """
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as err:
+        raise ConnectionError(UNREACHABLE.format(uri=uri, error=err, host=parsed.hostname,
+                                                 port=port)) from err
 
 
 def _status(error: BaseException | None) -> str:
@@ -73,6 +103,8 @@ class MLflowLogger(ExperimentLogger):
         ImportError: if MLflow is not installed (``pip install mirrorfit[mlflow]``).
         ValueError: for a ``log_freq`` that is not ``"epoch"``, ``"batch"`` or a positive
             int.
+        ConnectionError: (from ``fit``) an ``http(s)`` tracking server that accepts no
+            connection within 5 s, instead of MLflow's minutes of retries.
 
     Example:
         >>> logger = mf.callbacks.MLflowLogger(experiment_name="digits", run_name="adam")
@@ -97,6 +129,7 @@ class MLflowLogger(ExperimentLogger):
             self._client = self._mlflow.MlflowClient()
             self.run_id, self._started = active.info.run_id, False
             return
+        check_reachable(self.tracking_uri or self._mlflow.get_tracking_uri())
         self._client = self._mlflow.MlflowClient(self.tracking_uri)
         experiment_id = "0"
         if self.experiment_name is not None:

@@ -127,6 +127,18 @@ class DeviceMesh:
                             f"leaves of type {sorted(set(bad))}")
         return jax.device_put(tree, self._replicated)
 
+    def placed_here(self, value: Any) -> Any:
+        """A concrete ``value`` on other devices mirrored on this mesh's, now, also while a
+        function is traced (a model created outside ``strategy.scope()``, read in the first
+        trace of ``run``: an array of another mesh cannot enter this mesh's per-replica
+        function); any other value as it is."""
+        sharding = getattr(value, "sharding", None)
+        if (not isinstance(value, jax.Array) or sharding is None
+                or sharding.device_set == self._replicated.device_set):
+            return value
+        with jax.ensure_compile_time_eval():
+            return jax.device_put(value, self._replicated)
+
     def _batch_sharding(self, leading_axes: int) -> NamedSharding:
         """``P("batch")`` on axis ``leading_axes``, after that many unsplit axes."""
         if not leading_axes:

@@ -344,11 +344,11 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
              found: list[UsedVariables] | None):
     """``fn`` as ``program(variable_values, *dynamic) -> (outputs, new_values)``.
 
-    ``variable_values`` are ``used.read`` 's values (replicated, or split as a sharded
-    optimizer state's slots: the replica gets its block); ``new_values`` are
-    ``used.assigned`` 's, combined across replicas by their aggregation (a split one's new
-    block is kept). With ``found``, the trace appends the variables ``fn`` used.
+    ``variable_values`` are ``used.read`` 's values (replicated, or a sharded optimizer state's
+    blocks); ``new_values`` are ``used.assigned`` 's, combined by their aggregation (a block
+    kept). With ``found``, the trace appends the variables ``fn`` used (placed on ``mesh``).
     """
+    place = None if found is None else mesh.placed_here
     specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
     if has_mask:
         specs.append(P(BATCH_AXIS))
@@ -366,7 +366,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
                 leaves.append(value[0] if kind.endswith("per_replica") else value)
         args, kwargs = jax.tree.unflatten(treedef, leaves)
         with call_context.call_context(rng=jax.random.key_data(rng)):
-            out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs)
+            out, new_values, this_trace = call_with_values(fn, used, values, args, kwargs, place)
         if found is not None:
             found.append(this_trace)
         else:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 Signature = tuple[Any, ...]  # per positional argument: pytree of ShapeDtypeStruct [...]
@@ -31,12 +32,31 @@ def _example_leaf(leaf: Any) -> jax.ShapeDtypeStruct:
     if not all(isinstance(d, (int, np.integer)) for d in rest):
         raise ValueError("Only the batch (first) dimension of an input_signature leaf may be "
                          f"unknown; give the others as ints. Received: shape={tuple(shape)}")
-    return jax.ShapeDtypeStruct(tuple(int(d) for d in rest), np.dtype(_dtype_name(dtype)))
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in rest), _numeric_dtype(dtype, leaf))
 
 
-def _dtype_name(dtype: Any) -> str:
-    # tf.DType has .as_numpy_dtype; NumPy, JAX and strings convert with np.dtype.
-    return np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).name
+NOT_NUMERIC = (
+    "input_signature leaves must have a numeric or boolean dtype: an exported program takes "
+    "arrays, and text is host-side work. Export the model that starts from the token ids "
+    "(without TextVectorization/StringLookup) and apply those layers to the strings before "
+    "calling the exported function. Received: dtype {dtype!r} in {leaf!r}")
+
+
+def _numeric_dtype(dtype: Any, leaf: Any) -> np.dtype:
+    """``dtype`` as a NumPy dtype (a ``tf.DType`` through ``as_numpy_dtype``).
+
+    Raises:
+        ValueError: a string, bytes or object dtype, or one NumPy does not know.
+    """
+    given = getattr(dtype, "as_numpy_dtype", dtype)
+    try:
+        numpy_dtype = np.dtype(given)
+    except TypeError:
+        numpy_dtype = None
+    if numpy_dtype is None or not (jnp.issubdtype(numpy_dtype, jnp.number)
+                                   or numpy_dtype == np.bool_):  # bfloat16's kind is "V"
+        raise ValueError(NOT_NUMERIC.format(dtype=str(dtype), leaf=leaf))
+    return numpy_dtype
 
 
 def _is_leaf(x: Any) -> bool:

@@ -38,6 +38,7 @@ def wrap_build(build: Callable[..., None]) -> Callable[..., None]:
         with name_scope(self.name, self):
             build(self, *args, **kwargs)
         self._mf_built = True
+        self._mf_state_locked = True  # add_weight now raises, as Keras locks a built layer
 
     wrapper._mf_build_wrapper = True  # type: ignore[attr-defined]
     return wrapper

@@ -1,17 +1,17 @@
-"""The functional API: symbolic tensors, the layer graph, and the Flax module that runs it.
+"""The functional API: `Input`, the layer graph, and the Flax module that runs it.
 
 ``x = Input(shape)`` gives a `KerasTensor` (shape with ``None`` batch, dtype). Calling a
-``mirrorfit.layers`` layer on symbolic tensors records a `Node` and returns symbolic outputs,
-with shapes from ``jax.eval_shape`` on the layer. `functional_module(inputs, outputs)` turns
-the recorded graph into a `FunctionalModule`: each layer's variables sit under its ``name``
-(Keras' ``"dense"``, ``"dense_1"``, ... when not given), and a layer called twice shares them.
+``mirrorfit.layers`` layer, a ``mirrorfit.ops`` function or a Python operator on symbolic
+tensors records a `Node` (`mirrorfit._src.layers.symbolic`). `functional_module(inputs,
+outputs)` turns the recorded graph into a `FunctionalModule`: each layer's variables sit
+under its ``name`` (Keras' ``"dense"``, ``"dense_1"``, ... when not given), and a layer called
+twice shares them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,62 +20,14 @@ import jax
 import numpy as np
 
 from mirrorfit._src.layers import flax_bridge, mask_flow
+from mirrorfit._src.layers.symbolic import PROBE_LENGTHS as PROBE_LENGTHS
+from mirrorfit._src.layers.symbolic import KerasTensor as KerasTensor
+from mirrorfit._src.layers.symbolic import Node as Node
+from mirrorfit._src.layers.symbolic import eval_shapes as eval_shapes
+from mirrorfit._src.layers.symbolic import is_symbolic as is_symbolic
+from mirrorfit._src.layers.symbolic import probe_shape as probe_shape
+from mirrorfit._src.layers.symbolic import symbolic_call as symbolic_call
 from mirrorfit._src.utils.naming import snake_case
-from mirrorfit._src.variables.stateless_scope import StatelessScope
-
-_PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None
-# Lengths standing in for variable (None) non-batch dimensions when inferring shapes or
-# building: output dimensions that differ between the two are variable too.
-PROBE_LENGTHS = (16, 32)
-_NODE_SERIALS = itertools.count()
-
-
-class KerasTensor:
-    """A symbolic tensor: ``shape`` (``None`` batch), ``dtype``, and where it comes from.
-
-    Attributes:
-        shape: ``(None, *feature_shape)``.
-        dtype: a NumPy dtype.
-        name: the `Input`'s name, or ``"<layer>/<output index>"`` once built.
-        node: the `Node` that produced it; ``None`` for an `Input`.
-        index: its position among ``node``'s flattened outputs.
-        mask: its Keras mask, a symbolic bool ``[batch, timesteps]``, or ``None``.
-    """
-
-    def __init__(self, shape: tuple[int | None, ...], dtype: Any, *, name: str | None = None,
-                 node: Node | None = None, index: int = 0, mask: KerasTensor | None = None):
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.name = name
-        self.node = node
-        self.index = index
-        self.mask = mask
-
-    @property
-    def ndim(self) -> int:
-        """The number of axes, the batch axis included."""
-        return len(self.shape)
-
-    def __repr__(self) -> str:
-        return f"<KerasTensor shape={self.shape}, dtype={self.dtype.name}, name={self.name}>"
-
-
-@dataclasses.dataclass(eq=False)
-class Node:
-    """One call of ``layer`` on symbolic tensors: ``outputs = layer(*args, **kwargs)``."""
-
-    layer: nn.Module
-    args: Any  # (args, kwargs) with KerasTensors as leaves
-    outputs: Any  # the call's outputs, KerasTensors as leaves
-    serial: int = dataclasses.field(default_factory=lambda: next(_NODE_SERIALS))  # call order
-
-    @property
-    def input_tensors(self) -> list[KerasTensor]:
-        return [t for t in jax.tree.leaves(self.args) if isinstance(t, KerasTensor)]
-
-    @property
-    def output_tensors(self) -> list[KerasTensor]:
-        return jax.tree.leaves(self.outputs)
 
 
 def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = None,
@@ -94,8 +46,10 @@ def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = No
         A `KerasTensor` of shape ``(batch_size, *shape)``.
 
     Raises:
-        ValueError: neither or both of ``shape`` and ``batch_shape``.
+        ValueError: neither or both of ``shape`` and ``batch_shape``; or a string dtype (text
+            is host-side work: a Sequential led by ``TextVectorization`` takes strings).
     """
+    dtype = _array_dtype(dtype or "float32", name)
     if (shape is None) == (batch_shape is None):
         raise ValueError("Input needs exactly one of shape (without the batch axis) or "
                          f"batch_shape. Received: shape={shape}, batch_shape={batch_shape}")
@@ -106,97 +60,32 @@ def Input(shape: Sequence[int | None] | None = None, batch_size: int | None = No
     else:
         assert shape is not None  # exactly one of the two is given (checked above)
         full = (batch_size, *tuple(shape))
-    return KerasTensor(full, dtype or "float32", name=name)
+    return KerasTensor(full, dtype, name=name)
 
 
-def is_symbolic(tree: Any) -> bool:
-    """Whether ``tree`` holds a `KerasTensor`."""
-    return any(isinstance(t, KerasTensor) for t in jax.tree.leaves(tree))
+TEXT_INPUT = (
+    "Input takes array dtypes (numbers, booleans); a model's inputs are arrays on the "
+    "devices, and text is host-side work. Start an "
+    "mf.Sequential with TextVectorization (the model applies it to the strings on the host, "
+    "in fit and predict), or apply it to the strings first and give the model "
+    "Input(shape=(sequence_length,), dtype=\"int32\"). Received: dtype={dtype!r}{named}")
 
 
-def probe_shape(shape: Sequence[int | None], length: int = PROBE_LENGTHS[0]
-                ) -> tuple[int, ...]:
-    """``shape`` with a ``None`` batch as `_PROBE_BATCH` and other ``None`` dimensions (a
-    variable length) as ``length``."""
-    batch = _PROBE_BATCH if shape[0] is None else shape[0]
-    return (batch, *(length if d is None else d for d in shape[1:]))
+def _array_dtype(dtype: Any, name: str | None) -> np.dtype:
+    """``dtype`` as a NumPy dtype (``tf.string`` and ``"string"`` included, to refuse them).
 
-
-def eval_shapes(fn: Any, shapes: Sequence[tuple[int | None, ...]], dtypes: Sequence[Any]
-                ) -> Any:
-    """The output shapes of ``fn(*arrays)`` for arrays of ``shapes`` (``None`` dimensions
-    allowed), with ``None`` batch and ``None`` where an output dimension follows a variable
-    input length: ``fn`` is traced at the `PROBE_LENGTHS` and the dimensions that differ are
-    ``None``.
-
-    Returns:
-        ``fn``'s output structure with leaves holding ``shape`` and ``dtype``.
+    Raises:
+        ValueError: a string, bytes or object dtype (`TEXT_INPUT`), or one NumPy lacks.
     """
-    variable = any(d is None for shape in shapes for d in shape[1:])
-    probes = PROBE_LENGTHS if variable else PROBE_LENGTHS[:1]
-    results = [jax.eval_shape(fn, *[jax.ShapeDtypeStruct(probe_shape(s, n), d)
-                                    for s, d in zip(shapes, dtypes)]) for n in probes]
-
-    def merge(*leaves: jax.ShapeDtypeStruct) -> _Shape:
-        dims = [None if len({leaf.shape[i] for leaf in leaves}) > 1 else leaves[0].shape[i]
-                for i in range(1, len(leaves[0].shape))]
-        return _Shape((None, *dims), leaves[0].dtype)
-    return jax.tree.map(merge, *results)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Shape:
-    """An output's shape (``None`` for unknown dimensions) and dtype."""
-
-    shape: tuple[int | None, ...]
-    dtype: Any
-
-
-def symbolic_call(layer: Any, args: tuple, kwargs: dict) -> Any:
-    """Records ``layer(*args, **kwargs)`` on symbolic tensors and returns symbolic outputs.
-
-    Keras masks flow symbolically too: the call gets the symbolic masks of its inputs (as a
-    model run gives it theirs, `mask_flow`), and each output's ``mask`` is the symbolic
-    mask the layer computes for it (``None`` when it has none).
-    """
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, KerasTensor)]
-    unbound = layer.clone(parent=None, name=None) if isinstance(layer, nn.Module) else None
-
-    def mask_of(t: Any) -> Any:
-        return t.mask if isinstance(t, KerasTensor) else None
-
-    extra_leaves, extra_def = jax.tree.flatten(mask_flow.mask_kwargs(
-        layer, args, kwargs, mask_of, lambda x: isinstance(x, KerasTensor)))
-    first = mask_flow.first_argument(args, kwargs)
-    first_masks, first_def = jax.tree.flatten(jax.tree.map(mask_of, first))
-    symbolic = [leaves[i] for i in slots] + extra_leaves + first_masks
-
-    def init_outputs(*arrays):
-        filled = list(leaves)
-        for i, a in zip(slots, arrays):
-            filled[i] = a
-        a, kw = jax.tree.unflatten(treedef, filled)
-        rest = arrays[len(slots):]
-        kw = {**kw, **jax.tree.unflatten(extra_def, rest[:len(extra_leaves)])}
-        if unbound is None:  # a Keras-style layer: builds its weights, changes nothing else
-            with StatelessScope():
-                out = layer(*a, **kw)
-        else:
-            rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
-            out = unbound.init_with_output(rngs, *a, **kw)[0]
-        mask = jax.tree.unflatten(first_def, rest[len(extra_leaves):])
-        return out, mask_flow.output_masks(layer, mask_flow.first_argument(a, kw), out, mask)
-
-    shapes, masks = eval_shapes(init_outputs, [t.shape for t in symbolic],
-                                [t.dtype for t in symbolic])
-    node = Node(layer, (args, kwargs), None)
-    flat, out_def = jax.tree.flatten(shapes, is_leaf=lambda x: isinstance(x, _Shape))
-    node.outputs = jax.tree.unflatten(out_def, [
-        KerasTensor(s.shape, s.dtype, node=node, index=i,
-                    mask=None if m is None else KerasTensor(m.shape, m.dtype))
-        for i, (s, m) in enumerate(zip(flat, masks))])
-    return node.outputs
+    try:
+        found = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))
+    except TypeError:
+        found = None
+    if found is None or found.kind in "OSU":
+        named = f" for Input {name!r}" if name else ""
+        raise ValueError(TEXT_INPUT.format(dtype=str(getattr(dtype, "name", dtype)),
+                                           named=named))
+    return found
 
 
 # -- the graph ------------------------------------------------------------------------

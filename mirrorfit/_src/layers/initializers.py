@@ -166,9 +166,26 @@ class VarianceScaling(_Seeded):
         if self.distribution not in _DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {sorted(_DISTRIBUTIONS)}. "
                              f"Received: distribution={self.distribution!r}")
-        fn = jax.nn.initializers.variance_scaling(self.scale, self.mode,  # type: ignore[arg-type]
-                                                  _DISTRIBUTIONS[self.distribution])
+        fn = variance_scaling(self.scale, self.mode, _DISTRIBUTIONS[self.distribution])
         return fn(self.key(key), shape, dtype)
+
+
+def variance_scaling(scale: float, mode: str, distribution: str) -> InitFn:
+    """``jax.nn.initializers.variance_scaling`` with Keras' fans for shapes of rank below 2
+    too (``compute_fans``: both fans are a 1-D shape's size, 1 for a scalar), so that
+    ``add_weight(shape=(n,))`` takes Keras' default ``"glorot_uniform"`` as Keras does."""
+    full = jax.nn.initializers.variance_scaling(scale, mode, distribution)  # type: ignore[arg-type]
+
+    def init(key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> jax.Array:
+        shape = tuple(shape)
+        if len(shape) >= 2:
+            return full(key, shape, dtype)
+        n = shape[0] if shape else 1
+        # Both axes 0 make jax's fans 1, so the variance is scale / n, Keras' for both fans n.
+        flat = jax.nn.initializers.variance_scaling(scale / n, mode, distribution,  # type: ignore[arg-type]
+                                                    in_axis=0, out_axis=0)
+        return flat(key, (n,), dtype).reshape(shape)
+    return init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,12 +268,12 @@ for _cls, _aliases in ((Constant, ("constant",)), (Zeros, ()), (Ones, ()),
     INITIALIZERS.register(_cls, aliases=_aliases)
 
 for _name, _fn in {
-    "glorot_uniform": jax.nn.initializers.glorot_uniform(),
-    "glorot_normal": jax.nn.initializers.glorot_normal(),
-    "he_uniform": jax.nn.initializers.he_uniform(),
-    "he_normal": jax.nn.initializers.he_normal(),
-    "lecun_uniform": jax.nn.initializers.lecun_uniform(),
-    "lecun_normal": jax.nn.initializers.lecun_normal(),
+    "glorot_uniform": variance_scaling(1.0, "fan_avg", "uniform"),
+    "glorot_normal": variance_scaling(1.0, "fan_avg", "truncated_normal"),
+    "he_uniform": variance_scaling(2.0, "fan_in", "uniform"),
+    "he_normal": variance_scaling(2.0, "fan_in", "truncated_normal"),
+    "lecun_uniform": variance_scaling(1.0, "fan_in", "uniform"),
+    "lecun_normal": variance_scaling(1.0, "fan_in", "truncated_normal"),
     "orthogonal": jax.nn.initializers.orthogonal(),
     "zeros": jax.nn.initializers.zeros,
     "ones": jax.nn.initializers.ones,

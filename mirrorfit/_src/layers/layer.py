@@ -249,6 +249,7 @@ class Layer(LayerWeights, metaclass=abc.ABCMeta):
         if not getattr(type(self).build, "_mf_default_build", False):  # the user's build
             self.build(**call_spec.build_arguments(self, args, kwargs))
         self._mf_built = True
+        self._mf_state_locked = True  # add_weight now raises, as Keras locks a built layer
 
     # -- dtypes --------------------------------------------------------------------------
     @property

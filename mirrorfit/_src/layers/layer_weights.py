@@ -34,6 +34,15 @@ def _is_layer(value: Any) -> bool:
     return hasattr(value, "__mf_variables__") and not isinstance(value, Variable)
 
 
+ADD_WEIGHT_AFTER_BUILD = (
+    "You cannot add new weights to layer {layer!r}, which is already built (its build() ran, "
+    "so its call() runs on the model's traced weights and a weight made there or later "
+    "belongs to no model): create every weight in __init__() or in build(self, "
+    "input_shape), which the first call runs with the input's shape, as Keras requires. "
+    "Received: add_weight(name={name!r}) after build")
+"""Error for ``add_weight`` in ``call`` or after the first call (Keras' locked state)."""
+
+
 class LayerWeights:
     """Weight creation, tracking and freezing of a `mirrorfit.layers.Layer`.
 
@@ -86,11 +95,15 @@ class LayerWeights:
         Raises:
             ValueError: a name this layer already uses, a name given positionally (tf.keras
                 2's ``add_weight("kernel", ...)``), a constraint that is neither a callable nor
-                a Keras constraint name, or what `mirrorfit.Variable` raises.
+                a Keras constraint name, a layer already built (in its ``call`` or later: as
+                Keras, weights are created in ``__init__`` or ``build``), or what
+                `mirrorfit.Variable` raises.
             RuntimeError: ``super().__init__()`` was not called.
         """
         del autocast
         self._check_super_called()
+        if self.__dict__.get("_mf_state_locked"):
+            raise ValueError(ADD_WEIGHT_AFTER_BUILD.format(layer=self.name, name=name))
         if isinstance(shape, str):
             raise ValueError("`name` must be passed as a keyword argument. Received: "
                              f"add_weight({shape!r}, ...). Use: add_weight(shape=..., "

@@ -43,6 +43,33 @@ def model_layers(module: nn.Module) -> list[tuple[str, Any]]:
                     f"Received: module={type(module).__name__}")
 
 
+def output_names(module: nn.Module) -> list[str]:
+    """Keras 3's ``model.output_names``: the name of the layer that makes each output, in the
+    outputs' flat order (an output that is an `Input` by its name).
+
+    Raises:
+        TypeError: ``module`` is not a functional or sequential module.
+    """
+    if isinstance(module, SequentialModule):
+        return list(module.stack.names[-1:])
+    if not isinstance(module, FunctionalModule):
+        model_layers(module)  # raises the TypeError
+    graph = module.graph
+    return [graph.name_of(t.node.layer) if t.node is not None else str(t.name)
+            for t in jax.tree.leaves(graph.outputs)]
+
+
+def list_output_names(module: Any) -> list[str] | None:
+    """`output_names` of a functional model whose outputs are a list or tuple of distinct
+    layers' outputs (what ``compile``'s per-output dicts and the logs are keyed by); ``None``
+    for any other model."""
+    if not isinstance(module, FunctionalModule) or not isinstance(module.graph.outputs,
+                                                                  (list, tuple)):
+        return None
+    names = output_names(module)
+    return names if len(set(names)) == len(names) else None
+
+
 def get_layer(module: nn.Module, name: str) -> Any:
     """The layer saved under ``name``, as ``keras.Model.get_layer``.
 

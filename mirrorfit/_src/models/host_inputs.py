@@ -9,15 +9,21 @@ and generators of batches. ``model(x)`` applies them when ``x`` holds strings (N
 kind ``U``, ``S`` or ``O``, or a list of ``str``); otherwise it takes the host layers'
 outputs, e.g. ``model(vectorize(texts))``. They lead ``model.layers`` and the summary
 (`mirrorfit._src.models.keras_models`), and have no weights.
+
+Before them, ``x`` given to ``fit``/``evaluate``/``predict`` (and ``validation_data``) as a
+dict keyed by the `Input` names of a functional model built on a list of inputs becomes
+that list, as Keras 3 maps a dict of inputs by name (`HostInputs._arranged`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
+from mirrorfit._src.layers import model_info
 from mirrorfit._src.layers.preprocessing.host_layer import HostLayer, apply_host_layers
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 
@@ -33,6 +39,18 @@ class HostInputs:
     ``_validation_inputs`` it overrides."""
 
     _host_layers: Sequence[HostLayer] = ()  # set by Sequential and load_model
+    module: Any  # the Flax module; owned by `Model`
+
+    def _arranged(self, x: Any) -> Any:
+        """``x``, or a dict keyed by the `Input` names of a functional model whose inputs
+        are a list, as that list (Keras 3's functional models take either)."""
+        if not isinstance(x, Mapping) or not model_info.is_layers_model(self.module):
+            return x
+        spec = model_info.input_spec(self.module)
+        if not isinstance(spec, (list, tuple)):
+            return x
+        names = [t.name for t in jax.tree.leaves(spec)]
+        return [x[name] for name in names] if set(x) == set(names) else x
 
     def _on_host(self, x: Any) -> Any:
         """``x`` (arrays, or a generator of ``(x, ...)`` batches) through the host layers.
@@ -70,11 +88,12 @@ class HostInputs:
         return num_rows(x, "x")
 
     def _adapter_for(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return super()._adapter_for(self._on_host(x), *args, **kwargs)  # type: ignore[misc]
+        return super()._adapter_for(  # type: ignore[misc]
+            self._on_host(self._arranged(x)), *args, **kwargs)
 
     def _validation_inputs(self, validation_data: Any) -> Any:
-        if self._host_layers and isinstance(validation_data, tuple):
-            return (self._on_host(validation_data[0]), *validation_data[1:])
+        if isinstance(validation_data, tuple) and validation_data:
+            return (self._on_host(self._arranged(validation_data[0])), *validation_data[1:])
         return validation_data
 
 

@@ -13,6 +13,7 @@ that ``mf.load_model`` rebuilds it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from mirrorfit._src.layers import functional, model_info
 from mirrorfit._src.layers import summary as summary_lib
 from mirrorfit._src.layers.model_info import is_layers_model
 from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.layers.symbolic import Operation
 from mirrorfit._src.modules.adapters import KerasSequential
 
 
@@ -80,9 +82,9 @@ class ModelLayers:
         Raises:
             TypeError: for a Flax module that is neither a layers model nor a list of layers.
         """
-        if is_layers_model(self.module):
-            return [*self._host_layers,
-                    *(layer for _, layer in model_info.model_layers(self.module))]
+        if is_layers_model(self.module):  # ops recorded on symbolic tensors are no layers
+            return [*self._host_layers, *(layer for _, layer in model_info.model_layers(
+                self.module) if not isinstance(layer, Operation))]
         if isinstance(self.module, KerasSequential):
             return [*self._host_layers, *self.module.layers]
         raise TypeError("model.layers needs a model of mirrorfit.layers or an mf.Sequential list;"
@@ -95,6 +97,37 @@ class ModelLayers:
         if (self.module is self or is_layers_model(self.module)
                 or isinstance(self.module, KerasSequential)):
             yield from super()._sublayers()  # type: ignore[misc]
+
+    @property
+    def output_names(self) -> list[str]:
+        """The names of the layers that make the outputs, in the outputs' flat order (a dict's
+        by sorted key), as Keras 3's ``model.output_names``: a functional model with list
+        outputs takes ``compile``'s per-output ``loss``, ``loss_weights`` and ``metrics``,
+        and the targets ``y``, as dicts by these names, and logs ``<name>_loss``.
+
+        Raises:
+            AttributeError: for a model that is not of ``mirrorfit.layers`` (as a Keras
+                subclassed model has none).
+        """
+        if not is_layers_model(self.module):
+            raise AttributeError("output_names is known for functional and Sequential models "
+                                 "of mirrorfit.layers only. Received: a model of "
+                                 f"{type(self.module).__name__}")
+        return model_info.output_names(self.module)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The architecture as JSON (layer configs, no weights), as ``keras.Model.to_json``;
+        ``mf.models.model_from_json`` builds it again. ``kwargs`` go to ``json.dumps``.
+
+        Raises:
+            ValueError: a model that is not of ``mirrorfit.layers``, or a layer (or a call
+                argument) with no config.
+        """
+        if not is_layers_model(self.module):
+            raise ValueError("to_json needs a functional or Sequential model of "
+                             "mirrorfit.layers. Received: a model of "
+                             f"{type(self.module).__name__}")
+        return json.dumps(config_lib.functional_config(self.module), **kwargs)
 
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
         """The layer called ``name`` (its param-tree key), or at ``index`` of `layers`.

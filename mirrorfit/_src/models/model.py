@@ -42,6 +42,7 @@ from mirrorfit._src.trainers.state import TrainState, create_state, require_stat
 from mirrorfit._src.trainers.steps import make_predict_step
 from mirrorfit._src.trainers.trainer import Trainer
 from mirrorfit._src.trainers.training_api import TrainingAPI
+from mirrorfit._src.variables import deferred
 
 NO_CALL = (
     "{name} defines no call(self, inputs): model(x), predict() and evaluate()'s default "
@@ -295,6 +296,7 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
         opt_state = None if self._trainer.config is None else self._init_opt_state(params)
         self._state = self._strategy.replicate_arrays(
             create_state(params, model_state, None, self.seed))._replace(opt_state=opt_state)
+        deferred.built(self)  # a checkpoint restore that waited for the weights (TF's deferral)
 
     def _init_opt_state(self, params):
         config = self._trainer.config

@@ -135,15 +135,19 @@ class ObjectModel:
             if all(_synced(self, v) for _, v in pairs):
                 continue
             nested = self.is_subclassed  # a LayerNode keys its variables by "a/b" strings
-            values = {prefix + (path if nested else ("/".join(path),)): v.value
+            # The stored values (not a stateless scope's), copied and placed now even when
+            # the state is read inside a trace (a symbolic call's shape inference): staged,
+            # the copies would be tracers left in the state.
+            values = {prefix + (path if nested else ("/".join(path),)): v._value
                       for path, v in pairs}
-            values = _copied(values)  # the state is donated by fit; the variables keep theirs
-            rest = dict(state.model_state)
-            params = _refreshed(state.params, values)
-            if NON_TRAINABLE in rest:
-                rest[NON_TRAINABLE] = _refreshed(rest[NON_TRAINABLE], values)
-            state = state._replace(**self.strategy.replicate_arrays(
-                {"params": params, "model_state": rest}))
+            with jax.ensure_compile_time_eval():
+                values = _copied(values)  # fit donates the state; the variables keep theirs
+                rest = dict(state.model_state)
+                params = _refreshed(state.params, values)
+                if NON_TRAINABLE in rest:
+                    rest[NON_TRAINABLE] = _refreshed(rest[NON_TRAINABLE], values)
+                state = state._replace(**self.strategy.replicate_arrays(
+                    {"params": params, "model_state": rest}))
             self.state = state
             _remember(self, pairs)
 
@@ -186,6 +190,9 @@ class ObjectModel:
             params, non_trainable = _copied((state.params.get(name), rest.get(name)))
             flax_bridge.write_back(layer, params, non_trainable)
             _remember(self, tracking.walk(layer))
+            for inner in (layer, *getattr(layer, "_sublayers", list)()):
+                if isinstance(inner, ObjectModel) and not inner.is_subclassed:
+                    inner._push()  # on into the Keras-style layers (and models) it calls
 
     # -- the other variables fit's step carries --------------------------------------------
     def _carried_variables(self) -> list[tuple[tuple[str, ...], Any]]:
@@ -226,11 +233,12 @@ class ObjectModel:
         """A copy of ``variable`` 's value for the state: placed as it is when it lives on
         this model's devices (an optimizer slot split under ``shard_optimizer_state``),
         else mirrored."""
-        value = variable.value
-        if isinstance(value, jax.Array) and value.sharding.device_set == set(
-                self.strategy.devices):
-            return jnp.copy(value)
-        return self.strategy.replicate_arrays(value)
+        value = variable._value  # the stored value, copied now even inside a trace
+        with jax.ensure_compile_time_eval():
+            if isinstance(value, jax.Array) and value.sharding.device_set == set(
+                    self.strategy.devices):
+                return jnp.copy(value)
+            return self.strategy.replicate_arrays(value)
 
     # -- calls inside other objects' passes ----------------------------------------------
     def _object_call(self, args: tuple, kwargs: dict[str, Any]) -> Any:

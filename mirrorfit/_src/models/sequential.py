@@ -73,7 +73,7 @@ class Sequential(Model):
         self._host_layers = split_host_layers(self._layer_list)[0]
         self._name = name
         self._input_shape = input_shape
-        super().__init__(module_of(self._layer_list, name), input_shape, **kwargs)
+        super().__init__(module_of(self._layer_list, name), input_shape, name=name, **kwargs)
 
     def add(self, layer: Any) -> None:
         """Appends ``layer`` (or a leading `mirrorfit.layers.Input`), as ``Sequential.add``.

@@ -36,7 +36,7 @@ import optax
 from jax.core import Tracer
 
 from mirrorfit._src.optimizers.update import apply_update
-from mirrorfit._src.variables import replica, stateless_scope
+from mirrorfit._src.variables import deferred, replica, stateless_scope
 from mirrorfit._src.variables.lifting import stored_value
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.variable import Variable
@@ -166,6 +166,7 @@ class StatefulOptimizer:
                                             aggregation="only_first_replica")
         slots.trainable, slots.treedef, slots.jitted = variables, treedef, None
         slots.built = True
+        deferred.built(self)  # a checkpoint restore that waited for the state (TF's deferral)
 
     # -- updates ------------------------------------------------------------------------
 

@@ -63,6 +63,14 @@ def owns_state(value: Any) -> bool:
     return callable(getattr(type(value), "assign_state", None)) and hasattr(value, "state")
 
 
+def waits_for_build(value: Any) -> bool:
+    """Whether ``value`` is a model or an optimizer that has not created its variables yet
+    (``built`` is False), into which a restore is deferred until it has (TF's deferred
+    restoration, `mirrorfit._src.variables.deferred`)."""
+    return getattr(value, "built", True) is False and (
+        owns_state(value) or callable(getattr(value, "apply_gradients", None)))
+
+
 def owns_variables(value: Any) -> bool:
     """Whether ``value`` is an object `walk` looks inside (not a plain container)."""
     return (not isinstance(value, type)

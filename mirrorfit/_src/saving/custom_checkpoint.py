@@ -14,6 +14,7 @@ value is placed like the value it replaces (mirrored values on their devices aga
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -26,7 +27,13 @@ from mirrorfit._src.distribute.mesh import from_chief
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_format, checkpoint_index
 from mirrorfit._src.saving.checkpoint_files import has_version_layout
-from mirrorfit._src.saving.checkpoint_objects import Entry, check_value, mismatches
+from mirrorfit._src.saving.checkpoint_objects import (
+    Entry,
+    check_value,
+    mismatches,
+    waits_for_build,
+)
+from mirrorfit._src.variables import deferred
 from mirrorfit._src.variables.variable import Variable
 
 _KIND = "checkpoint"
@@ -43,24 +50,40 @@ class CheckpointLoadStatus:
     """What `Checkpoint.restore` restored, as TensorFlow's load status.
 
     A restore is all or nothing for the checkpoint's own names (it raises on a mismatch), so
-    the objects always match; a checkpoint may hold more names than were restored.
+    the objects always match; a checkpoint may hold more names than were restored. A model or
+    optimizer not built yet is restored when it is built (``deferred``, as TF's deferred
+    restoration).
     """
 
-    def __init__(self, restored: list[str], unused: list[str]):
-        self.restored = restored  # the checkpoint's names that were restored
+    def __init__(self, restored: list[str], unused: list[str],
+                 deferred: dict[str, Any] | None = None):
+        self.restored = restored  # the checkpoint's names that were restored (or deferred)
         self.unused = unused  # names in the saved checkpoint that this one does not have
+        self._deferred = dict(deferred or {})  # name -> object whose restore waits for build
+
+    @property
+    def deferred(self) -> list[str]:
+        """The names whose objects are not built yet: restored when they are."""
+        return [name for name, obj in self._deferred.items() if deferred.is_pending(obj)]
 
     def assert_consumed(self) -> CheckpointLoadStatus:
         """Returns ``self`` if the saved checkpoint held nothing this one left unrestored.
 
         Raises:
-            AssertionError: listing the saved names that were not restored.
+            AssertionError: listing the saved names that were not restored, or the objects
+                whose restore still waits for them to be built.
         """
         if self.unused:
             raise AssertionError(
                 f"The checkpoint holds {self.unused} which this Checkpoint does not have (it "
                 f"restored {self.restored}). Add them as attributes to restore them, or call "
                 "expect_partial(). Received: a partial restore")
+        if self.deferred:
+            raise AssertionError(
+                f"{self.deferred} are not built yet: their saved values are assigned when "
+                "they are (call the model on a batch; the optimizer builds at its first "
+                "apply_gradients, or call optimizer.build(model.trainable_variables)). "
+                "Received: a restore still deferred")
         return self
 
     def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
@@ -127,9 +150,10 @@ class Checkpoint:
                 self._names.append(name)
         self.__dict__[name] = value
 
-    def _entries(self, action: str) -> list[Entry]:
+    def _entries(self, action: str, skip: set[str] | None = None) -> list[Entry]:
         seen: set[int] = set()
-        return [Entry(name, getattr(self, name), seen, action) for name in self._names]
+        return [Entry(name, getattr(self, name), seen, action) for name in self._names
+                if name not in (skip or set())]
 
     def _write(self, path: str | os.PathLike, argument: str, save_counter: int | None) -> str:
         arrays = {}
@@ -197,6 +221,11 @@ class Checkpoint:
         devices again). `save_counter` takes the saved count. All or nothing: on a mismatch
         nothing is restored.
 
+        A model or optimizer that has not created its variables yet (a subclassed model
+        before its first call, an optimizer before its first ``apply_gradients``) is restored
+        when it does, as TensorFlow defers it: its saved values are kept and assigned at the
+        end of its build (checked then: a mismatch raises from the build).
+
         Args:
             save_path: a path `save`, `write` or `latest_checkpoint` returned, or a
                 directory (its newest save). ``None`` restores nothing (``latest_checkpoint``
@@ -224,7 +253,9 @@ class Checkpoint:
         if save_path is None:
             return CheckpointLoadStatus([], [])
         found = checkpoint_lib.load(_version(save_path))
-        entries = self._entries("restore")
+        waiting = {name: self.__dict__[name] for name in self._names
+                   if waits_for_build(self.__dict__[name])}
+        entries = self._entries("restore", skip=set(waiting))
         problems = mismatches(entries, found.arrays)
         if problems:
             shown = "\n  ".join(problems[:_MAX_LISTED])
@@ -241,11 +272,36 @@ class Checkpoint:
             entry.restore_states(found.arrays)
         for entry in entries:
             self.__dict__[entry.name] = entry.restore(found.arrays)
+        for name, obj in waiting.items():
+            mine = {k: v for k, v in found.arrays.items() if k.split("/", 1)[0] == name}
+            if mine:
+                deferred.defer_until_built(obj, functools.partial(
+                    self._restore_built, name, obj, mine, os.fspath(save_path)))
         if restore_counter and "save_counter" in found.info:
             self.save_counter.assign(found.info["save_counter"])
         saved = found.info.get("names") or sorted({k.split("/", 1)[0] for k in found.arrays})
         return CheckpointLoadStatus(list(self._names),
-                                    [name for name in saved if name not in self._names])
+                                    [name for name in saved if name not in self._names],
+                                    waiting)
+
+    def _restore_built(self, name: str, obj: Any, arrays: dict[str, np.ndarray],
+                       save_path: str) -> None:
+        """The deferred restore of ``obj`` (checkpoint attribute ``name``), now built.
+
+        Raises:
+            ValueError: listing the mismatches, when it was built unlike the saved one.
+        """
+        entry = Entry(name, obj, set(), "restore")
+        problems = mismatches([entry], arrays)
+        if problems:
+            raise ValueError(
+                f"The restore of {name!r} from {save_path!r}, deferred until it was built, "
+                f"does not match it ({len(problems)} mismatching entries; nothing of it was "
+                "restored):\n  " + "\n  ".join(problems[:_MAX_LISTED]) + "\nBuild it like "
+                f"the saved one (same layers, shapes and optimizer). Received: {name}={obj!r}")
+        with jax.ensure_compile_time_eval():  # concrete values, also when built in a trace
+            entry.restore_states(arrays)
+            self.__dict__[name] = entry.restore(arrays)
 
     def __repr__(self) -> str:
         return f"Checkpoint({', '.join(self._names)})"

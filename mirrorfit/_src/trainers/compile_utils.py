@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src.layers.model_info import freeze_non_trainable, weight_constraints
+from mirrorfit._src.layers.model_info import (
+    freeze_non_trainable,
+    list_output_names,
+    weight_constraints,
+)
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.optimizers import optimizers as optimizers_lib
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
@@ -36,7 +40,8 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     ``require_loss=False`` (a model with its own ``train_step``) accepts ``loss=None``.
     ``module`` is the model's Flax module: the params of its layers set to
     ``trainable = False`` get no updates (read from the module itself: under a
-    mixed-precision policy ``adapter`` wraps it).
+    mixed-precision policy ``adapter`` wraps it), and a functional model's list outputs are
+    named by their layers (``loss={"cls": ...}``, logs ``cls_loss``), as Keras 3.
 
     Raises:
         ValueError: for a missing loss, an unknown name, per-output arguments that do not
@@ -50,15 +55,16 @@ def step_config(adapter: ModuleAdapter, optimizer: Any, loss: Any, metrics: Any 
     tx = freeze_non_trainable(optimizers_lib.get(optimizer), module)
     if scale_loss and not isinstance(tx, LossScaleOptimizer):
         tx = LossScaleOptimizer(tx)
-    keys = multi_output.loss_keys(loss)
+    names = list_output_names(module)  # a functional model's list outputs, by layer name
+    keys = multi_output.loss_keys(loss, names)
     if loss is None:
         loss_fn = None
     elif keys is None:
         loss_fn = multi_output.scaled(multi_output.single_loss(loss), loss_weights)
     else:
-        loss_fn = multi_output.MultiOutputLoss(loss, loss_weights)
-    plain = multi_output.metric_objects(metrics, keys, "metrics")
-    weighted = multi_output.metric_objects(weighted_metrics, keys, "weighted_metrics")
+        loss_fn = multi_output.MultiOutputLoss(loss, loss_weights, names)
+    plain = multi_output.metric_objects(metrics, keys, "metrics", names)
+    weighted = multi_output.metric_objects(weighted_metrics, keys, "weighted_metrics", names)
     names = [m.name for m in plain]
     weighted = tuple(_Renamed(m, f"weighted_{m.name}") if m.name in names else m
                      for m in weighted)

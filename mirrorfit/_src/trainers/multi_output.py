@@ -2,8 +2,10 @@
 
 A module may return a tuple/list or a dict of outputs. ``compile`` then takes ``loss`` as a
 list or dict matching the outputs, ``loss_weights`` alike, and ``metrics`` /
-``weighted_metrics`` per output (a list of lists, or a dict). Output names are the dict keys,
-or ``output_1``, ``output_2``, ... for a list (tf.keras' names for unnamed outputs). Logs
+``weighted_metrics`` per output (a list of lists, or a dict). Output names are the dict keys;
+for a list, a functional model's ``output_names`` (its output layers' names, as Keras 3:
+then ``loss``, ``loss_weights``, ``metrics`` and the targets ``y`` may also be dicts by those
+names), else ``output_1``, ``output_2``, ... (tf.keras' names for unnamed outputs). Logs
 follow Keras: ``loss`` (the weighted total), ``<output>_loss`` and ``<output>_<metric>``.
 
 `MultiOutputLoss` is one per-example loss for the steps: the weighted sum of the outputs'
@@ -54,29 +56,53 @@ def _output_keys(spec: Any) -> list[Any]:
     return list(spec) if isinstance(spec, Mapping) else list(range(len(spec)))
 
 
-def output_name(key: Any) -> str:
-    """The log name of an output: its dict key, or ``output_{i + 1}`` for list index ``i``."""
-    return f"output_{key + 1}" if is_int(key) else str(key)
+def output_name(key: Any, names: Sequence[str] | None = None) -> str:
+    """The log name of an output: its dict key, or for list index ``i`` ``names[i]`` (a
+    functional model's ``output_names``), else ``output_{i + 1}``."""
+    if not is_int(key):
+        return str(key)
+    return str(names[key]) if names is not None else f"output_{key + 1}"
 
 
-def select(tree: Any, key: Any) -> Any:
-    """Output ``key`` of a tuple/list or dict of outputs (or of targets)."""
+def select(tree: Any, key: Any, names: Sequence[str] | None = None) -> Any:
+    """Output ``key`` of a tuple/list or dict of outputs (or of targets); a dict of targets
+    for list outputs named ``names`` (`output_names`) is read by the output's name."""
+    if names is not None and is_int(key) and isinstance(tree, Mapping) and key not in tree:
+        return tree[names[key]]
     return tree[key]
 
 
-def _per_output(spec: Any, keys: list[Any], what: str) -> dict[Any, Any]:
+def _by_position(spec: Any, names: Sequence[str] | None, what: str) -> Any:
+    """``spec`` as given, or, a dict by output name for list outputs named ``names``, as a
+    list in output order (``None`` for an output it leaves out).
+
+    Raises:
+        ValueError: a key that names no output.
+    """
+    if names is None or not isinstance(spec, Mapping):
+        return spec
+    unknown = sorted(map(str, set(spec) - set(names)))
+    if unknown:
+        raise ValueError(f"{what} names outputs {unknown} that the model does not have; the "
+                         f"outputs are {list(names)} (model.output_names). Received: "
+                         f"{what}={dict(spec)!r}")
+    return [spec.get(name) for name in names]
+
+
+def _per_output(spec: Any, keys: list[Any], what: str,
+                names: Sequence[str] | None = None) -> dict[Any, Any]:
     """``spec`` (a list in output order, or a dict by name) as a dict key -> entry."""
+    spec = _by_position(spec, names, what)
+    labels = [output_name(k, names) for k in keys]
     if isinstance(spec, Mapping):
         unknown = sorted(map(str, set(spec) - set(keys)))
         if unknown:
             raise ValueError(f"{what} names outputs {unknown} that the loss does not have; "
-                             f"the outputs are {[output_name(k) for k in keys]}. Received: "
-                             f"{what}={dict(spec)!r}")
+                             f"the outputs are {labels}. Received: {what}={dict(spec)!r}")
         return dict(spec)
     if len(spec) != len(keys):
-        raise ValueError(f"{what} must have one entry per output ({len(keys)}: "
-                         f"{[output_name(k) for k in keys]}). Received: {what} with "
-                         f"{len(spec)} entries")
+        raise ValueError(f"{what} must have one entry per output ({len(keys)}: {labels}). "
+                         f"Received: {what} with {len(spec)} entries")
     return dict(zip(keys, spec))
 
 
@@ -88,29 +114,53 @@ class MultiOutputLoss:
             output name of loss names, `mirrorfit.losses` objects or callables
             ``(y_true, y_pred) -> [batch]``.
         loss_weights: ``None`` (all 1.0), or a list/dict of floats like ``loss``.
+        output_names: the names of a model's list of outputs (`output_names`), or ``None``:
+            then ``loss`` and ``loss_weights`` may be dicts by these names, and the
+            targets a dict by them too.
 
     Raises:
-        ValueError: if ``loss_weights`` does not match ``loss``, or every loss is ``None``.
+        ValueError: if ``loss_weights`` does not match ``loss``, a dict names no output, or
+            every loss is ``None``.
     """
 
     name = "loss"
 
-    def __init__(self, loss: Sequence[Any] | Mapping[str, Any], loss_weights: Any = None):
+    def __init__(self, loss: Sequence[Any] | Mapping[str, Any], loss_weights: Any = None,
+                 output_names: Sequence[str] | None = None):
+        self.names = None if output_names is None else list(output_names)
+        loss = _by_position(loss, self.names, "loss")
         self.keys = _output_keys(loss)
-        given = _per_output(loss, self.keys, "loss")
+        given = _per_output(loss, self.keys, "loss", self.names)
         weights = dict.fromkeys(self.keys, 1.0) if loss_weights is None else _per_output(
-            loss_weights, self.keys, "loss_weights")
+            loss_weights, self.keys, "loss_weights", self.names)
         self.losses = {key: fit_loss(fn) for key, fn in given.items() if fn is not None}
         if not self.losses:
             raise ValueError(f"loss must give a loss for at least one output. Received: "
                              f"loss={loss!r}")
-        self.weights = {key: float(weights.get(key, 1.0)) for key in self.losses}
+        self.weights = {key: float(1.0 if weights.get(key) is None else weights[key])
+                        for key in self.losses}
         self._is_dict = isinstance(loss, Mapping)
+
+    def output_name(self, key: Any) -> str:
+        """The log name of output ``key`` (see `output_name`)."""
+        return output_name(key, self.names)
+
+    def _targets(self, y: Any) -> Any:
+        """``y``, or, when some outputs have no loss (``loss=[fn, None]``) and ``y`` holds
+        only the targets of those with one (one array, or a shorter list or tuple, in output
+        order), those targets by output key, as Keras' partially defined loss takes them."""
+        if len(self.losses) == len(self.keys) or isinstance(y, Mapping):
+            return y
+        given = list(y) if isinstance(y, (list, tuple)) else [y]
+        return dict(zip(self.losses, given)) if len(given) == len(self.losses) else y
 
     @property
     def loss_names(self) -> list[str]:
-        """The log names of the per-output losses, ``<output>_loss``, in output order."""
-        return [f"{output_name(key)}_loss" for key in self.losses]
+        """The log names of the per-output losses, ``<output>_loss``, in output order; none
+        when only one output has a loss (Keras logs only ``loss`` then)."""
+        if len(self.losses) == 1:
+            return []
+        return [f"{self.output_name(key)}_loss" for key in self.losses]
 
     def _check(self, y_pred: Any) -> None:
         if isinstance(y_pred, Mapping) != self._is_dict or len(y_pred) != len(self.keys) or (
@@ -119,13 +169,13 @@ class MultiOutputLoss:
                    f"{type(y_pred).__name__} of {len(y_pred)}" if isinstance(
                        y_pred, (list, tuple)) else "one array")
             raise ValueError(f"loss is given per output for outputs "
-                             f"{[output_name(k) for k in self.keys]}, but the model returns "
+                             f"{[self.output_name(k) for k in self.keys]}, but the model returns "
                              f"{got}. Match loss to the model's outputs. Received: "
                              f"model outputs {got}")
 
     def check_targets(self, y: Any, argument: str = "y") -> None:
         """Checks that ``y`` has one target per output: a dict with the outputs' names, or a
-        tuple/list in output order.
+        tuple/list in output order (for named list outputs, either).
 
         Args:
             y: the targets (arrays, or a batch's).
@@ -136,8 +186,14 @@ class MultiOutputLoss:
             ValueError: for a different count, missing or unknown names, or one array,
                 naming the expected outputs and what was received.
         """
-        names = [output_name(k) for k in self.keys]
-        if self._is_dict:
+        names = [self.output_name(k) for k in self.keys]
+        if self._targets(y) is not y:  # the targets of the outputs with a loss only
+            return
+        if self.names is not None and isinstance(y, Mapping):
+            ok = set(y) == set(names)
+            expected = f"a dict with keys {sorted(names)}"
+            fix = "as a dict by output name (model.output_names)"
+        elif self._is_dict:
             ok = isinstance(y, Mapping) and set(y) == set(self.keys)
             expected = f"a dict with keys {sorted(names)}"
             if isinstance(y, Mapping) and not ok:
@@ -178,17 +234,18 @@ class MultiOutputLoss:
         """
         self._check(y_pred)
         self.check_targets(y_true)
+        y_true = self._targets(y_true)
         masks = {key: None if mask is None else select(mask, key) for key in self.losses}
         parts = {}
         for key, fn in self.losses.items():
             values, counts = input_checks.masked_loss(
-                fn, select(y_true, key), select(y_pred, key), masks[key])
+                fn, select(y_true, key, self.names), select(y_pred, key), masks[key])
             if counts is not None and rows is not None:
                 real, unmasked = lax.psum((jnp.sum(rows, dtype=jnp.float32),
                                            jnp.sum(jnp.where(rows, counts, 0.0))), BATCH_AXIS)
                 values = values * jnp.where(unmasked > 0, real / jnp.maximum(unmasked, 1.0),
                                             0.0)
-            parts[f"{output_name(key)}_loss"] = values
+            parts[f"{self.output_name(key)}_loss"] = values
         return parts
 
     def __call__(self, y_true: Any, y_pred: Any, mask: Any = None,
@@ -196,7 +253,8 @@ class MultiOutputLoss:
         """The weighted total per-example loss ``[batch]`` (``mask``, ``rows``: as
         `per_output`)."""
         parts = self.per_output(y_true, y_pred, mask, rows)
-        total = sum(self.weights[key] * parts[f"{output_name(key)}_loss"] for key in self.losses)
+        total = sum(self.weights[key] * parts[f"{self.output_name(key)}_loss"]
+                    for key in self.losses)
         return cast(jax.Array, total)  # self.losses is never empty: never sum's start value 0
 
     def not_probabilities(self, y_pred: Any) -> jax.Array | None:
@@ -277,22 +335,26 @@ def scaled(fn: Callable, loss_weights: Any) -> Callable:
 
 
 class OutputMetric:
-    """A metric of one output of a multi-output model, logged as ``<output>_<metric>``."""
+    """A metric of one output of a multi-output model, logged as ``<output>_<metric>``
+    (``names``: the model's `output_names` of list outputs, or ``None``)."""
 
-    def __init__(self, metric: Any, key: Any, prefix: str = ""):
+    def __init__(self, metric: Any, key: Any, prefix: str = "",
+                 names: Sequence[str] | None = None):
         self.metric = metric
         self.key = key
-        self.name = f"{prefix}{output_name(key)}_{metric.name}"
+        self.names = names
+        self.name = f"{prefix}{output_name(key, names)}_{metric.name}"
 
     def update(self, y_true: Any, y_pred: Any, sample_weight: jax.Array) -> Any:
-        return self.metric.update(select(y_true, key := self.key), select(y_pred, key),
-                                  sample_weight)
+        return self.metric.update(select(y_true, key := self.key, self.names),
+                                  select(y_pred, key), sample_weight)
 
     def result(self, stats: Any) -> Any:
         return self.metric.result(stats)
 
 
-def metric_objects(metrics: Any, keys: list[Any] | None, argument: str) -> tuple[Any, ...]:
+def metric_objects(metrics: Any, keys: list[Any] | None, argument: str,
+                   names: Sequence[str] | None = None) -> tuple[Any, ...]:
     """``metrics``/``weighted_metrics`` as metric objects for the steps.
 
     Args:
@@ -300,6 +362,7 @@ def metric_objects(metrics: Any, keys: list[Any] | None, argument: str) -> tuple
             dict by output name.
         keys: the outputs' keys when the loss is given per output, else ``None``.
         argument: the argument's name, for errors.
+        names: the model's `output_names` of list outputs, or ``None``.
 
     Raises:
         TypeError: for a ``metrics`` that is neither a list nor a dict.
@@ -318,11 +381,22 @@ def metric_objects(metrics: Any, keys: list[Any] | None, argument: str) -> tuple
                          f"Received: {argument}={metrics!r}")
     if keys is None:
         return tuple(metrics_lib.get(m) for m in metrics)
-    given = _per_output(metrics, keys, argument) if per_output else dict.fromkeys(keys, metrics)
-    return tuple(OutputMetric(metrics_lib.get(m), key)
-                 for key in keys for m in (given.get(key) or []))
+    given = (_per_output(metrics, keys, argument, names) if per_output
+             else dict.fromkeys(keys, metrics))
+    return tuple(OutputMetric(metrics_lib.get(m), key, names=names)
+                 for key in keys for m in _as_list(given.get(key)))
 
 
-def loss_keys(loss: Any) -> list[Any] | None:
-    """The output keys of a per-output ``loss`` (list or dict), ``None`` for a single loss."""
-    return _output_keys(loss) if isinstance(loss, (list, tuple, Mapping)) else None
+def _as_list(metrics: Any) -> list[Any]:
+    """One output's metrics: a list, or one metric (``{"cls": "accuracy"}``, as Keras)."""
+    if metrics is None:
+        return []
+    return list(metrics) if isinstance(metrics, (list, tuple)) else [metrics]
+
+
+def loss_keys(loss: Any, names: Sequence[str] | None = None) -> list[Any] | None:
+    """The output keys of a per-output ``loss`` (list or dict; a dict by the `output_names`
+    ``names` of list outputs gives their positions), ``None`` for a single loss."""
+    if not isinstance(loss, (list, tuple, Mapping)):
+        return None
+    return _output_keys(_by_position(loss, names, "loss"))

@@ -49,7 +49,8 @@ def stored_value(variable: Variable) -> jax.Array:
 
 
 def call_with_values(fn: Callable[..., Any], used: UsedVariables, values: Sequence[Any],
-                     args: tuple = (), kwargs: dict | None = None
+                     args: tuple = (), kwargs: dict | None = None,
+                     unmapped: Callable[[Any], Any] | None = None
                      ) -> tuple[Any, list[Any], UsedVariables]:
     """Runs ``fn(*args, **kwargs)`` with ``used.read`` mapped to ``values``.
 
@@ -58,13 +59,17 @@ def call_with_values(fn: Callable[..., Any], used: UsedVariables, values: Sequen
         used: the variables to map (``UsedVariables()`` to map none and record them).
         values: one value per ``used.read`` (traced inside a compiled function).
         args, kwargs: ``fn`` 's arguments.
+        unmapped: ``stored value -> value`` for a read of any other variable (see
+            `StatelessScope`; ``strategy.run`` 's first trace places values of other devices on
+            its mesh); ``None``: the stored value.
 
     Returns:
         ``(output, new_values, found)``: ``new_values`` has the value of each of
         ``used.assigned`` after ``fn`` (its mapped value when ``fn`` did not assign it);
         ``found`` is what this call read and assigned, in first-use order.
     """
-    with StatelessScope(zip(used.read, values), record_reads=True) as scope:
+    read = None if unmapped is None else (lambda v: unmapped(stored_value(v)))
+    with StatelessScope(zip(used.read, values), record_reads=True, unmapped=read) as scope:
         out = fn(*args, **(kwargs or {}))
     new_values = [scope.get_current_value(v) for v in used.assigned]
     found = UsedVariables(tuple(scope.touched), tuple(v for v, _ in scope.updates))

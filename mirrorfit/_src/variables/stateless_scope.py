@@ -12,7 +12,7 @@ This module imports nothing else from mirrorfit.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 _LOCAL = threading.local()
@@ -32,6 +32,10 @@ class StatelessScope:
             values (e.g. ``zip(model.trainable_variables, traced_values)``).
         record_reads: also remember every variable read or assigned (`touched`), to find the
             variables a function uses (`mirrorfit.MirroredStrategy.run` does).
+        unmapped: ``variable -> value`` for a variable read here but not mapped (by this
+            scope or an inner one): the value the read returns, kept for later reads;
+            ``None``: its stored value (`mirrorfit.MirroredStrategy.run` 's first trace
+            places a variable of another strategy's devices on its own this way).
 
     Example:
         >>> from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -43,7 +47,7 @@ class StatelessScope:
     """
 
     def __init__(self, state_mapping: Iterable[tuple[Any, Any]] = (), *,
-                 record_reads: bool = False):
+                 record_reads: bool = False, unmapped: Callable[[Any], Any] | None = None):
         self._values: dict[int, Any] = {}
         self._keep: dict[int, Any] = {}  # keeps mapped variables alive while ids are keys
         for variable, value in state_mapping:
@@ -51,6 +55,7 @@ class StatelessScope:
             self._keep[id(variable)] = variable
         self._updates: dict[int, tuple[Any, Any]] = {}
         self._touched: dict[int, Any] | None = {} if record_reads else None
+        self._unmapped = unmapped
 
     def __enter__(self) -> Self:
         _stack().append(self)
@@ -71,6 +76,9 @@ class StatelessScope:
         """The value ``variable`` has in this scope, or ``None`` if it is not mapped here."""
         if self._touched is not None:
             self._touched.setdefault(id(variable), variable)
+        if self._unmapped is not None and id(variable) not in self._values:
+            self._values[id(variable)] = self._unmapped(variable)
+            self._keep[id(variable)] = variable
         return self._values.get(id(variable))
 
     @property

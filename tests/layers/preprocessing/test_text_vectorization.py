@@ -88,3 +88,17 @@ def test_host_layers_raise_in_a_functional_graph_or_after_a_device_layer():
         vectorize(mf.layers.Input((1,)))
     with pytest.raises(ValueError, match="Move it first"):
         mf.Sequential([mf.layers.Dense(2), vectorize])
+
+
+@pytest.mark.parametrize("numbers", [np.array([[3, 1, 4]]), [1, 2], np.array([0.5])])
+def test_numbers_are_refused_instead_of_becoming_unknown_digit_strings(numbers):
+    # Before: 3, 1 and 4 became "3", "1", "4", all "[UNK]" (index 1), and adapt built a
+    # vocabulary of digit strings, without a word.
+    layer = mf.layers.TextVectorization()
+    layer.adapt(["the cat", "the dog"])
+    with pytest.raises(TypeError, match=r"takes strings.*pass them to an Embedding.*"
+                                        r"Received: inputs of dtype (int|float)64"):
+        layer(numbers)
+    with pytest.raises(TypeError, match="takes strings"):
+        mf.layers.TextVectorization().adapt(numbers)
+    assert layer(np.array(["the dog"])).tolist() == [[2, 3]]  # strings still work

@@ -1,9 +1,12 @@
-"""What the image layers share: argument checks as Keras', float images, unbatched images,
-per-row random draws, and `affine_transform` (Keras 3's JAX ``ops.image.affine_transform``).
+"""What the image layers and ``mf.ops.image`` share: argument checks as Keras', float images,
+unbatched and channels_first images, per-row random draws, `affine_transform` (Keras 3's JAX
+``ops.image.affine_transform``), and `symbolic_op` (an image op on a functional model's
+symbolic tensors records a node, as ``mf.ops`` functions do).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers.base import FlaxLayer
+from mirrorfit._src.layers.symbolic import Operation, is_symbolic, symbolic_call
 
 RNG_STREAM = "dropout"  # the trainer seeds it per step and per replica
 FILL_MODES = ("reflect", "wrap", "constant", "nearest")
@@ -74,6 +78,39 @@ def on_batch(fn: Callable[[jax.Array], jax.Array], images: jax.Array) -> jax.Arr
     if images.ndim == 3:
         return fn(images[None])[0]
     return fn(images)
+
+
+def symbolic_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, recording a node when given a functional model's symbolic tensor."""
+    @functools.wraps(fn)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        if is_symbolic((args, kwargs)):
+            return symbolic_call(Operation(fn), args, kwargs)
+        return fn(*args, **kwargs)
+    return op
+
+
+def channels_last_batch(images: Any, data_format: str | None
+                        ) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
+    """``images`` (``[batch, h, w, c]``, ``[h, w, c]``, or channels first) as a channels_last
+    batch, and the function that gives a result of that form the images' form again.
+
+    Raises:
+        ValueError: an image rank other than 3 or 4, or an unknown ``data_format``.
+    """
+    x = jnp.asarray(images)
+    if x.ndim not in (3, 4):
+        raise ValueError("Invalid images rank: expected rank 3 (single image) or rank 4 "
+                         f"(batch of images). Received: images.shape={x.shape}")
+    check_choice(data_format, "data_format", (None, "channels_last", "channels_first"))
+    first, single = data_format == "channels_first", x.ndim == 3
+    batch = x[None] if single else x
+    batch = jnp.moveaxis(batch, 1, -1) if first else batch
+
+    def restore(result: jax.Array) -> jax.Array:
+        result = jnp.moveaxis(result, -1, 1) if first else result
+        return result[0] if single else result
+    return batch, restore
 
 
 def uniform_rows(layer: FlaxLayer, batch: int, lower: float, upper: float) -> jax.Array:

@@ -27,10 +27,24 @@ PUNCTUATION = re.compile(r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']')
 ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # tf.strings.lower
 
 
+NOT_STRINGS = (
+    "TextVectorization takes strings (text to split into tokens), but got numbers, which "
+    "would become strings of digits and map to '[UNK]' (or a vocabulary of digits in adapt), "
+    "as Keras refuses them. Integer token ids are already tokens: pass them to an Embedding "
+    "directly (or remap them with IntegerLookup). Received: inputs of dtype {dtype}")
+
+
 def _strings(inputs: Any) -> np.ndarray:
-    """``inputs`` as a NumPy array of Python strings (bytes decoded as UTF-8)."""
+    """``inputs`` as a NumPy array of Python strings (bytes decoded as UTF-8).
+
+    Raises:
+        TypeError: numbers (integer token ids, floats, booleans) instead of strings.
+    """
     if hasattr(inputs, "numpy"):  # a TensorFlow tensor (a tf.data batch)
         inputs = inputs.numpy()
+    given = np.asarray(inputs)
+    if given.size and given.dtype.kind in "biufc":
+        raise TypeError(NOT_STRINGS.format(dtype=given.dtype))
     array = np.asarray(inputs, dtype=object)
     return np.vectorize(lambda s: s.decode("utf-8") if isinstance(s, bytes) else str(s),
                         otypes=[object])(array) if array.size else array

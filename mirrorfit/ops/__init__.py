@@ -10,10 +10,12 @@ and errors are the JAX function's.
 
 Differences from Keras:
 
-- The ops take arrays, not symbolic tensors: call them inside a layer's ``call``, not on the
-  ``Input`` of a functional model.
-- Where an op takes an array, pass an array or a scalar: Keras converts Python lists,
-  ``jax.numpy`` refuses them (``ops.average(x, weights=[1, 2])`` raises a ``TypeError``).
+- On the symbolic tensors of a functional model (``ops.reshape(inputs, (-1, 4))``, also
+  Python operators and slicing), an op records a node of the model, as in Keras;
+  ``shape``, ``ndim`` and ``dtype`` answer from the tensor (``ndim`` as an int).
+- A Python list or tuple given as an op's array (``x``, ``x1``, ``x2``, ``y``) becomes an
+  array, as in Keras (``ops.sum([1, 2, 3])``); other arguments take arrays or scalars
+  (``ops.average(x, weights=[1, 2])`` raises ``jax.numpy``'s ``TypeError``).
 - ``shape`` returns a tuple of ints (JAX shapes are static); ``dtype`` a NumPy dtype, which
   compares equal to Keras' name (``ops.dtype(x) == "float32"``).
 - ``leaky_relu``'s slope defaults to Keras' 0.2, not JAX's 0.01.
@@ -44,7 +46,7 @@ Left out, as they have no direct JAX function:
   ``threshold``, ``sparsemax``, ``psnr``, ``polar``, ``unfold``, ``fold``,
   ``depth_to_space``, ``space_to_depth``;
 - numpy: ``divide_no_nan``, ``view``;
-- image: all of ``ops.image`` (Keras' image ops have their own layouts and options).
+- image: ``ops.image.elastic_transform`` (the others are in `mirrorfit.ops.image`).
 
 Example:
     >>> from mirrorfit import ops
@@ -341,6 +343,7 @@ from mirrorfit._src.ops.numpy import vstack as vstack
 from mirrorfit._src.ops.numpy import where as where
 from mirrorfit._src.ops.numpy import zeros as zeros
 from mirrorfit._src.ops.numpy import zeros_like as zeros_like
+from mirrorfit.ops import image as image
 
 __all__ = [
     "abs", "absolute", "add", "all", "allclose", "amax", "amin", "angle", "any", "append",
