@@ -100,7 +100,8 @@ def _hlo_computations(hlo):
 
 def test_gradients_are_all_reduced_only_in_the_update_branch():
     model = _model(2, _optimizer(False))
-    model.fit(X[:24], Y[:24], batch_size=24, epochs=1, verbose=0)
+    with pytest.warns(mf.MirrorfitWarning, match="change no weight"):  # compiles the step
+        model.fit(X[:24], Y[:24], batch_size=24, epochs=1, verbose=0)
     trainer = model.trainer
     data = data_adapters.get_data_adapter(X, Y, batch_size=24, num_replicas=2)
     batch = next(place_batches(data.batches(0), model.strategy))
