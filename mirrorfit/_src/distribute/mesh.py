@@ -44,21 +44,28 @@ class DeviceMesh:
             of the default backend (the CPU when there is no accelerator).
         shard_optimizer_state: split every optimizer-state leaf over the replicas (ZeRO-1/2,
             `mirrorfit._src.distribute.zero`) instead of mirroring it.
+        shard_params: split the params too (ZeRO-3/FSDP, `mirrorfit._src.distribute.fsdp`);
+            implies ``shard_optimizer_state``.
 
     Raises:
         TypeError: if ``devices`` is not a sequence of ``jax.Device``, or
-            ``shard_optimizer_state`` is not a bool.
+            ``shard_optimizer_state`` or ``shard_params`` is not a bool.
         ValueError: if ``devices`` is empty, has duplicates, mixes platforms, or names a
             device that this process cannot address.
     """
 
     def __init__(self, devices: Sequence[Device] | None = None, *,
-                 shard_optimizer_state: bool = False):
+                 shard_optimizer_state: bool = False, shard_params: bool = False):
         if not isinstance(shard_optimizer_state, bool):
             raise TypeError("shard_optimizer_state must be a bool: True splits the optimizer "
                             "state over the replicas. Received: "
                             f"shard_optimizer_state={shard_optimizer_state!r}")
-        self._shard_optimizer_state = shard_optimizer_state
+        if not isinstance(shard_params, bool):
+            raise TypeError("shard_params must be a bool: True splits the params and the "
+                            f"optimizer state over the replicas. Received: "
+                            f"shard_params={shard_params!r}")
+        self._shard_params = shard_params
+        self._shard_optimizer_state = shard_optimizer_state or shard_params
         self._devices = self._resolve_devices(devices)
         self._mesh = Mesh(np.asarray(self._devices, dtype=object), (BATCH_AXIS,))
         self._replicated = NamedSharding(self._mesh, P())
@@ -92,6 +99,13 @@ class DeviceMesh:
         mirrored; the train step then reduce-scatters the gradients
         (`mirrorfit._src.distribute.zero`)."""
         return self._shard_optimizer_state
+
+    @property
+    def shard_params(self) -> bool:
+        """Whether param leaves are split over the replicas too (ZeRO-3/FSDP; it implies
+        `shard_optimizer_state`): each step all-gathers them for the forward and backward
+        passes (`mirrorfit._src.distribute.fsdp`)."""
+        return self._shard_params
 
     @property
     def mesh(self) -> Mesh:

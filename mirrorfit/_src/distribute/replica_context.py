@@ -38,6 +38,13 @@ class ReplicaContext:
             ``shard_optimizer_state=True``: the optimizer objects and
             `mirrorfit.apply_gradients` then update blocks (``_place_optimizer_state``,
             ``_reduce_scatter``, ``_split_flags``, ``_blocks_of``, ``_gather_blocks``).
+        shard_params: whether, besides, the strategy was created with ``shard_params=True``
+            (ZeRO-3/FSDP): an optimizer update then keeps this replica's blocks of the
+            params and returns the whole leaves all-gathered from them
+            (`mirrorfit._src.distribute.fsdp`).
+        param_axes: ``None``, or, in ``fit`` 's built-in train step under ``shard_params``,
+            the axis each leaf of the step's params is split along (a pytree like them of
+            ints, ``None`` for a whole leaf): the step receives its params as blocks.
         axis_name: the mesh axis of the collectives (``"batch"``).
         check_numerics: whether an optimizer update skips non-finite gradients and reports
             it (`mirrorfit._src.optimizers.update.apply_update`): ``fit`` 's step with
@@ -48,11 +55,15 @@ class ReplicaContext:
 
     def __init__(self, num_replicas_in_sync: int = 1, mask: jax.Array | None = None,
                  in_run: bool = False, gradient_reduce_op: Any = ReduceOp.SUM,
-                 mesh: DeviceMesh | None = None, check_numerics: bool = False):
+                 mesh: DeviceMesh | None = None, check_numerics: bool = False,
+                 param_axes: Any = None):
         self.num_replicas_in_sync = num_replicas_in_sync
         self._mesh = mesh
         self.shard_optimizer_state = (in_run and mesh is not None and num_replicas_in_sync > 1
                                       and mesh.shard_optimizer_state)
+        self.shard_params = self.shard_optimizer_state and mesh is not None and mesh.shard_params
+        self.param_axes = param_axes
+        self._blocks = zero.BlockRecord()  # shared with the contexts derived from this one
         self.mask = mask
         self.gradient_reduce_op = ReduceOp.resolve(gradient_reduce_op, "gradient_reduce_op")
         self._in_run = in_run
@@ -61,12 +72,15 @@ class ReplicaContext:
 
     def derived(self, **changes: Any) -> ReplicaContext:
         """A copy of this context with some of its constructor arguments changed (``mask``,
-        ``gradient_reduce_op``, ``check_numerics``): the context of a step inside ``run``'s
-        or ``fit``'s per-replica function."""
+        ``gradient_reduce_op``, ``check_numerics``, ``param_axes``): the context of a step
+        inside ``run``'s or ``fit``'s per-replica function."""
         arguments = {"num_replicas_in_sync": self.num_replicas_in_sync, "mask": self.mask,
                      "in_run": self._in_run, "gradient_reduce_op": self.gradient_reduce_op,
-                     "mesh": self._mesh, "check_numerics": self.check_numerics}
-        return ReplicaContext(**{**arguments, **changes})
+                     "mesh": self._mesh, "check_numerics": self.check_numerics,
+                     "param_axes": self.param_axes}
+        context = ReplicaContext(**{**arguments, **changes})
+        context._blocks = self._blocks
+        return context
 
     def _note_update(self, finite: jax.Array) -> None:
         """Records that an optimizer update inside this context checked its gradients:
@@ -107,6 +121,33 @@ class ReplicaContext:
     def _gather_blocks(self, blocks: Any, like: Any) -> Any:
         """The full leaves of ``like`` 's shapes from every replica's ``blocks``."""
         return zero.gather_blocks(blocks, like)
+
+    # -- sharded params (ZeRO-3/FSDP, `mirrorfit._src.distribute.fsdp`) --------------------
+
+    def _split_axes(self, tree: Any) -> Any:
+        """The axis each leaf of the full-shape ``tree`` is split along (``None``: whole)."""
+        return zero.split_axes(tree)
+
+    def _reduce_whole(self, grads: Any, axes: Any, carry: Any = ()) -> tuple[Any, Any]:
+        """``lax.psum`` of the leaves of ``grads`` that ``axes`` marks whole, with ``carry``,
+        in one all-reduce; the split leaves (already summed blocks) as they are."""
+        leaves, treedef = jax.tree.flatten(grads)
+        axes = treedef.flatten_up_to(axes)
+        whole, carried = lax.psum(([g for g, a in zip(leaves, axes) if a is None], carry),
+                                  BATCH_AXIS)
+        summed = iter(whole)
+        return treedef.unflatten([next(summed) if a is None else g
+                                  for g, a in zip(leaves, axes)]), carried
+
+    def _gather_params(self, blocks: Any, axes: Any) -> Any:
+        """The whole params from every replica's ``blocks`` (split along ``axes``), each
+        recorded with its block for `_kept_params`."""
+        return self._blocks.gathered(blocks, axes)
+
+    def _kept_params(self, tree: Any, axes: Any) -> Any:
+        """This replica's block of each whole leaf of ``tree`` split along ``axes``: the block
+        `_gather_params` gathered it from, else a slice."""
+        return zero.kept_blocks(self._blocks, tree, axes)
 
     def all_reduce(self, reduce_op: Any, value: Any) -> Any:
         """Sums or averages a pytree of arrays across replicas (``lax.psum``/``lax.pmean``).

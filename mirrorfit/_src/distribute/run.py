@@ -37,7 +37,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src.distribute import mirrored_outputs
+from mirrorfit._src.distribute import fsdp, mirrored_outputs
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.replica_context import ReplicaContext, replica_context
 from mirrorfit._src.distribute.values import (
@@ -350,8 +350,7 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
     """
     place = None if found is None else mesh.placed_here
     specs = [spec if kind != "replicated" else P() for kind, spec in kinds if kind != "static"]
-    if has_mask:
-        specs.append(P(BATCH_AXIS))
+    specs += [P(BATCH_AXIS)] * has_mask  # the mask's
 
     def per_replica(values, *dynamic):
         *values, call_key = values  # the last one is the call's key (`Runner._call_key`)
@@ -378,7 +377,8 @@ def _compile(mesh, fn, treedef, kinds, has_mask, used: UsedVariables,
 
     read_specs = [spec_of(mesh, v.value) for v in used.read]
     assigned_specs = [spec_of(mesh, v.value) for v in used.assigned]
-    return compile_per_replica(mesh, per_replica, ([*read_specs, P()], *specs),
+    program = fsdp.whole_variables(mesh, per_replica, used)  # split params read whole
+    return compile_per_replica(mesh, program, ([*read_specs, P()], *specs),
                                (P(BATCH_AXIS), assigned_specs), masked=has_mask)
 
 

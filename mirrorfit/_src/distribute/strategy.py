@@ -55,6 +55,12 @@ class MirroredStrategy(DeviceMesh):
     them, so the params stay mirrored and the results equal the mirrored run's (see
     ``docs/guides/sharded_optimizer_state.md``).
 
+    With ``shard_params=True`` (ZeRO-3/FSDP, a departure from tf.distribute, which has no
+    such option) the params are split too: each replica holds its block of every param
+    leaf, the step all-gathers them for the forward and backward passes (not kept from one
+    to the other), reduce-scatters the gradients and updates only its blocks; the results
+    equal the mirrored run's (see ``docs/guides/sharded_params.md``).
+
     Args:
         devices: the ``jax.Device`` s to mirror over, one replica each. ``None`` means every
             local device of the default backend (the CPU when there is no accelerator).
@@ -64,10 +70,15 @@ class MirroredStrategy(DeviceMesh):
             built-in train step, and an optimizer object's ``apply_gradients`` inside
             ``run`` (built there); ``model.opt_state`` keeps its full shapes, and
             checkpoints hold the full state.
+        shard_params: split the params over the replicas too, each leaf along the axis the
+            optimizer state uses (leaves with none stay mirrored, and are named once in a
+            log line and in ``model.summary()``); implies ``shard_optimizer_state``.
+            ``model.params``, ``get_weights``, checkpoints and saved models hold the full
+            params.
 
     Raises:
         TypeError: if ``devices`` is not a sequence of ``jax.Device``, or
-            ``shard_optimizer_state`` is not a bool.
+            ``shard_optimizer_state`` or ``shard_params`` is not a bool.
         ValueError: if ``devices`` is empty, has duplicates, mixes platforms, or names a
             device that this process cannot address.
 
@@ -79,15 +90,17 @@ class MirroredStrategy(DeviceMesh):
     """
 
     def __init__(self, devices: Sequence[Device] | None = None, *,
-                 shard_optimizer_state: bool = False):
-        super().__init__(devices, shard_optimizer_state=shard_optimizer_state)
+                 shard_optimizer_state: bool = False, shard_params: bool = False):
+        super().__init__(devices, shard_optimizer_state=shard_optimizer_state,
+                         shard_params=shard_params)
         self._runner = Runner(self)
 
     def __repr__(self) -> str:
+        sharded = (", shard_params=True" if self.shard_params else
+                   ", shard_optimizer_state=True" if self.shard_optimizer_state else "")
         return (
             f"{type(self).__name__}(num_replicas_in_sync={self.num_replicas_in_sync}, "
-            f"platform={self.devices[0].platform!r}"
-            + (", shard_optimizer_state=True)" if self.shard_optimizer_state else ")")
+            f"platform={self.devices[0].platform!r}{sharded})"
         )
 
     @contextlib.contextmanager

@@ -16,6 +16,11 @@ replica updates only its block of each param:
 3. `gather_blocks`: the updated blocks all-gathered (``lax.all_gather(..., tiled=True)``),
    so the params stay mirrored.
 
+With sharded params (ZeRO-3, `mirrorfit._src.distribute.fsdp`) a step knows each leaf's
+split axis from its in-spec: `gather_along` all-gathers blocks along given axes, and
+`kept_blocks` returns a whole leaf's block, the one it was gathered from when a
+`BlockRecord` holds it.
+
 A leaf with no axis that divides by the replica count is not split: its gradient is
 all-reduced and every replica updates it whole. `split_flags` says which leaves are blocks
 (`mirrorfit._src.optimizers.blocks` needs it for norms). Call these inside a per-replica
@@ -106,6 +111,13 @@ def split_flags(params: Any) -> Any:
     return treedef.unflatten([axis is not None for axis in _axes(leaves)])
 
 
+def split_axes(params: Any) -> Any:
+    """A pytree like ``params`` (whole leaves) of the axis each is split along (`shard_axis`
+    over the replicas; ``None``: not split)."""
+    leaves, treedef = jax.tree.flatten(params)
+    return treedef.unflatten(_axes(leaves))
+
+
 def reduce_gradients(grads: Any, statistics: Any) -> tuple[Any, Any]:
     """Sums gradients over the replicas: this replica's block of a split leaf, the whole of
     the others.
@@ -151,6 +163,55 @@ def gather_blocks(blocks: Any, like: Any) -> Any:
     return treedef.unflatten([
         b if a is None else lax.all_gather(b, BATCH_AXIS, axis=a, tiled=True)
         for b, a in zip(leaves, axes)])
+
+
+def gather_along(blocks: Any, axes: Any) -> Any:
+    """The whole leaves from every replica's ``blocks`` (``lax.all_gather``, tiled, along
+    each leaf's axis of ``axes``; leaves with ``None`` as they are)."""
+    leaves, treedef = jax.tree.flatten(blocks)
+    return treedef.unflatten([
+        b if a is None else lax.all_gather(b, BATCH_AXIS, axis=a, tiled=True)
+        for b, a in zip(leaves, treedef.flatten_up_to(axes))])
+
+
+def block_along(whole: jax.Array, axis: int | None) -> jax.Array:
+    """This replica's block of a whole leaf split along ``axis`` (``None``: the leaf)."""
+    if axis is None:
+        return whole
+    size = whole.shape[axis] // lax.axis_size(BATCH_AXIS)
+    return lax.dynamic_slice_in_dim(whole, lax.axis_index(BATCH_AXIS) * size, size, axis)
+
+
+class BlockRecord:
+    """The blocks whose all-gather gave a whole leaf, within one trace of a per-replica
+    function: `kept_blocks` returns the blocks themselves, so the all-gather that only fed
+    the step's output is dead code (XLA removes it). Shared by a replica context and the
+    contexts derived from it."""
+
+    def __init__(self) -> None:
+        # id(whole) -> (whole, block): the whole is held, so its id is not reused.
+        self._blocks: dict[int, tuple[Any, Any]] = {}
+
+    def gathered(self, blocks: Any, axes: Any) -> Any:
+        """`gather_along` of ``blocks``, each gathered leaf recorded with its block."""
+        wholes = gather_along(blocks, axes)
+        for whole, block in zip(jax.tree.leaves(wholes), jax.tree.leaves(blocks)):
+            self._blocks[id(whole)] = (whole, block)
+        return wholes
+
+    def block(self, whole: Any, axis: int | None) -> Any:
+        """This replica's block of ``whole``: the recorded one, else `block_along`."""
+        found = self._blocks.get(id(whole))
+        if found is not None and found[0] is whole:
+            return found[1]
+        return block_along(whole, axis)
+
+
+def kept_blocks(record: BlockRecord, tree: Any, axes: Any) -> Any:
+    """This replica's block of every whole leaf of ``tree`` (`BlockRecord.block`)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef.unflatten([record.block(leaf, a)
+                              for leaf, a in zip(leaves, treedef.flatten_up_to(axes))])
 
 
 def host_copy(mesh: DeviceMesh, tree: Any) -> Any:

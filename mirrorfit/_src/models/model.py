@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.callbacks.callback import History
+from mirrorfit._src.distribute import fsdp
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
 from mirrorfit._src.layers import model_info
@@ -203,8 +204,8 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
         if unknown:
             raise ValueError(f"assign_state takes TrainState fields {TrainState._fields}. "
                              f"Received: {unknown}")
-        placed = self._strategy.replicate_arrays({k: v for k, v in fields.items()
-                                                  if k != "opt_state"})
+        placed = fsdp.place_fields(self._strategy, {k: v for k, v in fields.items()
+                                                    if k != "opt_state"})
         if "opt_state" in fields:  # mirrored, or split (shard_optimizer_state, accumulators)
             placed["opt_state"] = accumulation.place_opt_state(
                 self._strategy, self._trainer.config, fields["opt_state"])
@@ -277,26 +278,42 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
             self._input_spec = input_spec.spec_of(sample)
             self._variable_axes = input_spec.variable_axes(None, self._input_spec)
             params, model_state = jax.tree.map(jnp.copy, variable_trees(self))
-            self._state = self._strategy.replicate_arrays(create_state(
-                params, model_state, None, self.seed))._replace(
-                    opt_state=None if self._trainer.config is None
-                    else self._init_opt_state(params))
+            self._set_placed_state(params, model_state)
             return
         init = self._adapter.init
+        rng = jax.random.PRNGKey(self.seed)
         if getattr(self._adapter, "jit_init", True):
-            init = jax.jit(init, out_shardings=self._strategy.replicated_sharding)
+            shardings: Any = self._strategy.replicated_sharding
+            if self._strategy.shard_params:  # created split: never whole on one device
+                shardings = (fsdp.param_shardings(self._strategy,
+                                                  jax.eval_shape(init, rng, sample)[0]),
+                             shardings)
+            init = jax.jit(init, out_shardings=shardings)
         model_checks.check_module_call(self.module, sample)
-        params, model_state = init(jax.random.PRNGKey(self.seed), sample)
+        params, model_state = init(rng, sample)
         model_checks.check_outputs_per_example(self.module, self._adapter, params,
                                                model_state, sample)
         self._input_spec = input_spec.spec_of(sample)
         declared = (model_info.input_spec(self.module)
                     if model_info.is_layers_model(self.module) else None)
         self._variable_axes = input_spec.variable_axes(declared, self._input_spec)
-        opt_state = None if self._trainer.config is None else self._init_opt_state(params)
-        self._state = self._strategy.replicate_arrays(
-            create_state(params, model_state, None, self.seed))._replace(opt_state=opt_state)
+        self._set_placed_state(params, model_state)
         deferred.built(self)  # a checkpoint restore that waited for the weights (TF's deferral)
+
+    def _set_placed_state(self, params: Any, model_state: Any) -> None:
+        """Sets a new state of ``params`` and ``model_state`` placed on the strategy, with the
+        optimizer state once compiled. Under ``shard_params`` the params are split (the
+        leaves that stay mirrored are logged once) and the model's own variables (a
+        subclass's, the Keras-style layers of a graph) get the split values, so no device
+        keeps a whole copy of them."""
+        placed = fsdp.place_fields(self._strategy, create_state(
+            params, model_state, None, self.seed)._asdict())
+        fsdp.report_mirrored(self._strategy, placed["params"], self.name)
+        self._state = TrainState(**placed)._replace(
+            opt_state=None if self._trainer.config is None
+            else self._init_opt_state(placed["params"]))
+        if self._strategy.shard_params:
+            self._push()
 
     def _init_opt_state(self, params):
         config = self._trainer.config

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from flax import traverse_util
 from jax._src import core as jax_core
 
+from mirrorfit._src.distribute import fsdp
 from mirrorfit._src.layers import flax_bridge, model_info
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.metrics.metric import Metric
@@ -102,7 +103,9 @@ class ObjectModel:
     def _assign_leaf(self, field: str, key: tuple[str, ...], value: Any) -> None:
         state = require_state(self.state)
         tree = getattr(state, field)
-        placed = self.strategy.replicate_arrays(jnp.asarray(value, tree_leaf(tree, key).dtype))
+        value = jnp.asarray(value, tree_leaf(tree, key).dtype)
+        placed = (fsdp.place_params(self.strategy, value) if field == "params"
+                  else self.strategy.replicate_arrays(value))
         self.state = state._replace(**{field: replaced_leaf(tree, key, placed)})
 
     def _object_nodes(self) -> list[tuple[str, Any]]:
@@ -146,8 +149,8 @@ class ObjectModel:
                 params = _refreshed(state.params, values)
                 if NON_TRAINABLE in rest:
                     rest[NON_TRAINABLE] = _refreshed(rest[NON_TRAINABLE], values)
-                state = state._replace(**self.strategy.replicate_arrays(
-                    {"params": params, "model_state": rest}))
+                state = state._replace(**fsdp.place_fields(
+                    self.strategy, {"params": params, "model_state": rest}))
             self.state = state
             _remember(self, pairs)
 
@@ -158,8 +161,8 @@ class ObjectModel:
         if state is None or not self.is_subclassed:
             return
         params, model_state = _copied(variable_trees(self))
-        self.state = state._replace(**self.strategy.replicate_arrays(
-            {"params": params, "model_state": model_state}))
+        self.state = state._replace(**fsdp.place_fields(
+            self.strategy, {"params": params, "model_state": model_state}))
         _remember(self, tracking.walk(self))
 
     def _push(self) -> None:

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mirrorfit._src.distribute import fsdp
+from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.export.archive import export_model
 from mirrorfit._src.layers import summary as summary_lib
 from mirrorfit._src.layers.model_info import is_layers_model
@@ -91,6 +93,7 @@ class ModelVariables:
     seed: int  # the init seed (creation order, summary)
     assign_state: Callable[..., None]  # set_weights's only write path
     _host_layers: Sequence[Any]  # owned by `HostInputs`: the summary's first rows
+    _strategy: DeviceMesh  # the summary's last line under shard_params
 
     @property
     def params(self) -> Any:
@@ -123,10 +126,16 @@ class ModelVariables:
     def get_weights(self) -> list[np.ndarray]:
         """The weights as NumPy arrays, in Keras' order (see `mirrorfit._src.models.weights`).
 
+        Under ``MultiWorkerMirroredStrategy(shard_params=True)`` the params are all-gathered
+        from every process's devices: every process calls it at the same point.
+
         Raises:
             ValueError: for an unbuilt model.
         """
-        return get_weights(require_state(self._state), self._weight_order())
+        state = require_state(self._state)
+        if self._strategy.shard_params:  # split over processes: every process gathers them
+            state = state._replace(params=self._strategy.fetch(state.params))
+        return get_weights(state, self._weight_order())
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Sets weights from a list in `get_weights` order; nothing changes on a mismatch.
@@ -244,7 +253,8 @@ class ModelVariables:
     def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """Prints Keras' layer table for a model of ``mirrorfit.layers`` or a subclassed model
         (one row per layer attribute, output shapes ``?``), else the table from Flax's own
-        ``tabulate``.
+        ``tabulate``; under ``MirroredStrategy(shard_params=True)`` one more line says how
+        the params are split over the replicas and names the leaves that stay mirrored.
 
         Raises:
             ValueError: for an unbuilt model.
@@ -253,9 +263,12 @@ class ModelVariables:
         if is_layers_model(self.module):
             print_fn(keras_models.summary_text(self.module, state.params, state.model_state,
                                                self._sample_batch(), self._host_layers))
-            return
-        if self.module is self:  # a subclassed model: Keras' table of its layers
+        elif self.module is self:  # a subclassed model: Keras' table of its layers
             print_fn(summary_lib.format_summary(summary_lib.layer_summary(self),
                                                 name=getattr(self, "name", None)))
-            return
-        print_fn(self._adapter.tabulate(jax.random.PRNGKey(self.seed), self._sample_batch()))
+        else:
+            print_fn(self._adapter.tabulate(jax.random.PRNGKey(self.seed),
+                                            self._sample_batch()))
+        sharded = fsdp.summary_line(self._strategy, state.params)
+        if sharded is not None:
+            print_fn(sharded)

@@ -160,6 +160,8 @@ class StatefulOptimizer:
             leaves, treedef = jax.tree_util.tree_flatten_with_path(state)
             slots.state = [Variable(place(leaf), trainable=False, name=jax.tree_util.keystr(
                 path, simple=True, separator="/")) for path, leaf in leaves]
+            for variable in slots.state:  # ``run`` passes a split slot as this replica's block
+                variable._mf_blocks = True  # pyright: ignore[reportAttributeAccessIssue]
             if slots.iterations is None:
                 slots.iterations = Variable(place(np.int32(0)), dtype=jnp.int32,
                                             trainable=False, name="iteration",

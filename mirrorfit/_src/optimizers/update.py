@@ -9,7 +9,10 @@ this order:
 1. **The reduction across replicas**, decided by the replica context (found in the level-1
    slot `mirrorfit._src.variables.replica`: this package cannot import ``distribute``): an
    all-reduce (``SUM`` or ``MEAN``); a reduce-scatter onto this replica's blocks under
-   ``MirroredStrategy(shard_optimizer_state=True)`` (ZeRO-1/2; `blocks`); none yet when the
+   ``MirroredStrategy(shard_optimizer_state=True)`` (ZeRO-1/2; `blocks`), and with
+   ``shard_params=True`` (ZeRO-3/FSDP) too, unless the step differentiated this replica's
+   blocks through their all-gather (``fit`` 's built-in step: ``param_axes``), whose
+   transpose already reduce-scattered them; none yet when the
    optimizer state holds per-replica gradient accumulators, which all-reduce once per
    applied update (`accumulation.local_gradients`). A caller's statistics may ride in the
    same collective (``carry``).
@@ -20,6 +23,11 @@ this order:
    told (``_note_update``), so ``fit`` stops there.
 3. **The optax update** (clipping, weight decay, EMA and accumulation are options of the
    optimizer itself: `mirrorfit._src.optimizers.options`), then the params' constraints.
+   On blocks, the new blocks are all-gathered so the params stay mirrored; under sharded
+   params they are all-gathered too (the caller's code may read the new weights) but
+   recorded with their blocks, which the step keeps
+   (`mirrorfit._src.distribute.fsdp.kept_blocks`; the all-gather that nothing else reads
+   is dropped by XLA).
 """
 
 from __future__ import annotations
@@ -47,12 +55,15 @@ class Reduced(NamedTuple):
     carried: Any  # ``carry`` summed over the replicas (None without one)
     finite: jax.Array | None  # bool []: finite on every replica; None when not checked
     how: str  # "all" (all-reduced, or one replica), "blocks" or "local": see above
+    axes: Any = None  # the split axis of each leaf when params and grads are blocks already
+    #                   (``param_axes``; a pytree like the params of int | None), else None
 
 
 class Applied(NamedTuple):
     """What `apply_update` returns."""
 
-    params: Any  # the new params, identical on every replica (mirrored)
+    params: Any  # the new params, identical on every replica (mirrored); under sharded
+    #              params gathered from the new blocks, which the context recorded
     opt_state: Any  # the new optimizer state (this replica's blocks of split leaves)
     finite: jax.Array | None  # bool []: the update was applied (gradients finite on every
     #                           replica); None when nothing was checked
@@ -81,7 +92,8 @@ def reduce_op_name(reduce_op: Any) -> str:
 def apply_update(optimizer: optax.GradientTransformation, grads: Any, opt_state: Any,
                  params: Any, *, reduce_op: Any = "SUM", carry: Any = None,
                  rescale: Callable[[Any], Any] | None = None,
-                 constrain: Callable[[Any], Any] | None = None) -> Applied:
+                 constrain: Callable[[Any], Any] | None = None, param_axes: Any = None
+                 ) -> Applied:
     """Reduces this replica's ``grads`` across replicas and applies one ``optimizer`` update:
     `apply_reduced` of `reduce_gradients` (see the module docstring). Outside a replica
     function (one replica) the gradients are used as they are.
@@ -92,7 +104,8 @@ def apply_update(optimizer: optax.GradientTransformation, grads: Any, opt_state:
         grads: this replica's gradients, a pytree like ``params``.
         opt_state: ``optimizer`` 's state; under ``shard_optimizer_state`` its split leaves
             are this replica's blocks.
-        params: the mirrored params (full shapes).
+        params: the mirrored params (full shapes); with ``param_axes``, this replica's
+            blocks of them.
         reduce_op: ``"SUM"`` for gradients of per-replica loss shares
             (`mirrorfit.compute_average_loss`), ``"MEAN"`` for gradients of per-replica
             means (a Keras-style ``train_step``).
@@ -101,22 +114,27 @@ def apply_update(optimizer: optax.GradientTransformation, grads: Any, opt_state:
         rescale: ``carried -> factor`` multiplied into the reduced gradients (``fit``
             differentiates masked sums and divides by the global count here).
         constrain: ``params -> params`` applied after the update (Keras' constraints).
+        param_axes: only under ``shard_params`` (ZeRO-3/FSDP): a pytree like ``params`` of
+            the axis each leaf is split along (``None``: whole), when ``params`` are this
+            replica's blocks and ``grads`` were differentiated through their all-gather, so
+            the gradients of split leaves are this replica's block of the sum already.
 
     Returns:
-        `Applied`: the new params and state, whether the update was applied, the summed
-        ``carry``.
+        `Applied`: the new params (whole) and state, whether the update was applied, the
+        summed ``carry``.
 
     Raises:
         ValueError: for an unknown ``reduce_op``.
     """
     reduced = reduce_gradients(optimizer, grads, opt_state, params, reduce_op=reduce_op,
-                               carry=carry, rescale=rescale)
+                               carry=carry, rescale=rescale, param_axes=param_axes)
     return apply_reduced(optimizer, reduced, opt_state, params, constrain=constrain)
 
 
 def reduce_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_state: Any,
                      params: Any, *, reduce_op: Any = "SUM", carry: Any = None,
-                     rescale: Callable[[Any], Any] | None = None) -> Reduced:
+                     rescale: Callable[[Any], Any] | None = None, param_axes: Any = None
+                     ) -> Reduced:
     """Step 1 of `apply_update` (its arguments): the gradients reduced as the replica
     context and ``opt_state`` say, with ``carry``, and their finite flag when checked.
 
@@ -138,6 +156,8 @@ def reduce_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_st
     extra: Any = (carry, flag)
     if context is None:
         pass
+    elif how == "blocks" and param_axes is not None:  # split leaves: summed by the transpose
+        grads, extra = context._reduce_whole(grads, param_axes, extra)
     elif how == "blocks":
         grads, extra = context._reduce_scatter("SUM", grads, extra)
     elif how == "local":
@@ -154,25 +174,45 @@ def reduce_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_st
     finite = None
     if check:
         finite = flag == 0 if flag is not None else all_finite(grads)
-    return Reduced(grads, carried, finite, how)
+    return Reduced(grads, carried, finite, how, param_axes if how == "blocks" else None)
 
 
 def apply_reduced(optimizer: optax.GradientTransformation, reduced: Reduced, opt_state: Any,
                   params: Any, *, constrain: Callable[[Any], Any] | None = None) -> Applied:
     """Steps 2 and 3 of `apply_update`: the update of ``reduced`` gradients, skipped where
-    they are not finite (the context is told: ``_note_update``), then ``constrain``."""
+    they are not finite (the context is told: ``_note_update``), then ``constrain``.
+
+    Under sharded params (``context.shard_params``) the update keeps this replica's blocks:
+    they are all-gathered after it (outside any branch), each whole leaf recorded with its
+    block (``context._gather_params``); a constraint sees the whole leaves."""
     context = replica.current()
     scaler = _is_scaler(optimizer)
     grads = reduced.grads
+    keep = reduced.how == "blocks" and context is not None and context.shard_params
+    axes = None
+    if reduced.how == "blocks":
+        assert context is not None
+        axes = reduced.axes if reduced.axes is not None else context._split_axes(params)
+
+    def own() -> Any:  # this replica's blocks of the params
+        assert context is not None
+        return params if reduced.axes is not None else context._blocks_of(params)
 
     def update(opt_state: Any) -> tuple[Any, Any]:
         fn = optimizer.handle_finite_grads if scaler else optimizer.update  # type: ignore[attr-defined]
         if reduced.how == "blocks":
             assert context is not None
-            own = context._blocks_of(params)
-            with blocks.block_update(context.axis_name, context._split_flags(params)):
-                updates, opt_state = fn(grads, opt_state, own)
-            new = context._gather_blocks(optax.apply_updates(own, updates), params)
+            split = jax.tree.map(lambda a: a is not None, axes, is_leaf=lambda a: a is None)
+            blocks_now = own()
+            with blocks.block_update(context.axis_name, split):
+                updates, opt_state = fn(grads, opt_state, blocks_now)
+            new = optax.apply_updates(blocks_now, updates)
+            if keep:  # blocks out (a constraint sees the whole leaves)
+                if constrain is not None:
+                    new = context._kept_params(
+                        constrain(context._gather_params(new, axes)), axes)
+                return new, opt_state
+            new = context._gather_blocks(new, params)
         elif reduced.how == "local":
             assert context is not None
             with accumulation.local_gradients(context.axis_name):
@@ -186,7 +226,7 @@ def apply_reduced(optimizer: optax.GradientTransformation, reduced: Reduced, opt
     def skip(opt_state: Any) -> tuple[Any, Any]:
         if scaler:
             opt_state = optimizer.handle_non_finite_grads(opt_state)  # type: ignore[attr-defined]
-        return params, opt_state
+        return (own() if keep else params), opt_state
 
     if reduced.finite is None:
         new_params, new_state = update(opt_state)
@@ -194,6 +234,9 @@ def apply_reduced(optimizer: optax.GradientTransformation, reduced: Reduced, opt
         new_params, new_state = lax.cond(reduced.finite, update, skip, opt_state)
         if context is not None:
             context._note_update(reduced.finite)
+    if keep:
+        assert context is not None
+        new_params = context._gather_params(new_params, axes)
     return Applied(new_params, new_state, reduced.finite, reduced.carried)
 
 

@@ -75,6 +75,11 @@ class StepFamily(abc.ABC):
     """Whether the steps run the model's own hooks on its objects (`ObjectStep`), whose
     other variables ``fit`` finds by a first trace (`Trainer.symbolic_build`)."""
 
+    takes_param_blocks = False
+    """Whether the train step takes the params as this replica's blocks under
+    ``shard_params`` and all-gathers them itself (``param_axes`` of the replica context);
+    every other step gets them whole (`mirrorfit._src.trainers.sharded_state.on_param_blocks`)."""
+
     @abc.abstractmethod
     def train_step(self, cfg: StepConfig) -> Callable:
         """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``

@@ -154,8 +154,8 @@ class StepLoops:
             if self.steps_per_execution > 1 and batch.mask.ndim == 2:
                 # Shapes only: slicing the placed arrays would compile eager ops.
                 sample = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), sample)
-            layout = stats_lib.StatsLayout.from_shapes(
-                config.family.statistics_shapes(config, state, sample, kind))
+            layout = stats_lib.StatsLayout.from_shapes(config.family.statistics_shapes(
+                config, sharded_state.whole_params(self.strategy, state), sample, kind))
             self._layouts[kind] = (layout, np.zeros(layout.size, np.float32),
                                    config.check_numerics)
         host = config.family.initial_statistics(config, self._layouts[kind][0], kind)
@@ -187,11 +187,15 @@ class StepLoops:
         if key not in self._compiled:  # compiles once per input shape (shape_cache)
             kinds = {id(self._eval_step): "eval",
                      **{id(fn): "train" for fn in self._train_steps.values()}}
-            kind = kinds.get(id(step))
+            kind = kinds.get(id(step)) or "predict"
+            blocks = kind == "train" and self.config is not None and (
+                self.config.family.takes_param_blocks)
             self._compiled[key] = shape_cache.PerShapeStep(compile_per_replica(
-                self.strategy, step, specs_like(self.strategy, example_args),
+                self.strategy, sharded_state.on_param_blocks(
+                    self.strategy, step, example_args[0], kind, blocks),
+                specs_like(self.strategy, example_args),
                 out_specs() if callable(out_specs) else out_specs,
-                donate_argnums=donate_argnums), kind or "predict", lambda: self._warned)
+                donate_argnums=donate_argnums), kind, lambda: self._warned)
         return self._compiled[key]
 
     def _compiled_train_step(self, state, statistics, batch, check_numerics: bool = False

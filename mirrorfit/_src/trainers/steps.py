@@ -30,8 +30,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from mirrorfit._src.distribute import fsdp, zero
 from mirrorfit._src.distribute.batch import Batch
 from mirrorfit._src.distribute.mesh import BATCH_AXIS
+from mirrorfit._src.distribute.replica_context import get_replica_context
 from mirrorfit._src.modules.adapters import ModuleAdapter
 from mirrorfit._src.modules.sown_losses import share_of_sum
 from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer, at_floor
@@ -55,6 +57,8 @@ def _compiled_loss(cfg: StepConfig) -> Callable[[Any, Any], jax.Array]:
 
 class BuiltinSteps(StepFamily):
     """The steps of the loss and metrics given to ``compile`` (`BUILTIN`)."""
+
+    takes_param_blocks = True  # its train step gathers sharded params itself
 
     def train_step(self, cfg: StepConfig) -> Callable:
         """The per-replica train step ``(state, statistics, batch) -> (state, statistics)``.
@@ -88,12 +92,25 @@ class BuiltinSteps(StepFamily):
         reduce-scattered, the optimizer updates this replica's blocks and the new blocks are
         all-gathered; with per-replica accumulators (``gradient_accumulation_steps=k``) only
         the statistics are all-reduced each step and the gradients once per applied update.
+
+        With ``shard_params`` (ZeRO-3/FSDP; the replica context's ``param_axes``), the step
+        receives this replica's blocks of the params and differentiates with respect to
+        them, through their all-gather (`zero.gather_along`) inside ``jax.checkpoint`` with
+        `fsdp.remat_policy`: the gathered weights are not kept for the backward pass, which
+        all-gathers them again, and the transpose of each all-gather reduce-scatters its
+        gradient, so only the whole leaves' gradients (and the statistics) are all-reduced.
+        The optimizer updates the blocks, which the step returns.
         """
         scaler = cfg.optimizer if isinstance(cfg.optimizer, LossScaleOptimizer) else None
 
         def step(state: TrainState, statistics: jax.Array, batch: Batch):
+            context = get_replica_context()
+            axes = context.param_axes  # set under shard_params: the params are blocks
+            objective = _objective(cfg, state, batch, scaler)
+            if axes is not None:
+                objective = _through_gather(objective, axes)
             local_grads, (y_pred, per_example, counts, out_mask, model_state, extra) = jax.grad(
-                _objective(cfg, state, batch, scaler), has_aux=True)(state.params)
+                objective, has_aux=True)(state.params)
             local_stats = stats_lib.compiled_statistics(
                 cfg, batch.y, y_pred, per_example, batch, extra,
                 None if counts is None else stats_lib.loss_counts(batch, counts), out_mask)
@@ -108,7 +125,7 @@ class BuiltinSteps(StepFamily):
             reduced = reduce_gradients(
                 cfg.optimizer, local_grads, state.opt_state, state.params, carry=stats,
                 rescale=lambda s: (1.0 if scaler is None else global_rows) / jnp.maximum(
-                    unflatten(s)["loss"]["count"], 1.0))
+                    unflatten(s)["loss"]["count"], 1.0), param_axes=axes)
             stats = reduced.carried
             model_state = mean_non_param_collections(model_state)
 
@@ -119,7 +136,9 @@ class BuiltinSteps(StepFamily):
                 kept = model_state if finite is None else jax.tree.map(
                     lambda new, old: jnp.where(finite, new, old), model_state,
                     state.model_state)  # a skipped step changes no statistic either
-                return state._replace(params=applied.params, model_state=kept,
+                params = (applied.params if axes is None
+                          else context._kept_params(applied.params, axes))
+                return state._replace(params=params, model_state=kept,
                                       opt_state=applied.opt_state, step=state.step + 1)
 
             body = update
@@ -203,6 +222,14 @@ def _objective(cfg: StepConfig, state: TrainState, batch: Batch,
         return total, (y_pred, per_example, counts, out_mask, model_state, extra)
 
     return objective
+
+
+def _through_gather(objective: Callable, axes: Any) -> Callable:
+    """``objective`` of the whole params as a function of this replica's blocks (split
+    along ``axes``): all-gathered inside it, under ``jax.checkpoint`` with
+    `fsdp.remat_policy` (sharded params: the gathered weights are gathered again for the
+    backward pass rather than kept)."""
+    return fsdp.rematerialized(lambda blocks: objective(zero.gather_along(blocks, axes)))
 
 
 def _loss_scale_statistics(statistics: jax.Array, local_stats: dict, state: TrainState,

@@ -110,8 +110,10 @@ class Trainer(StepLoops, TrainingLoop):
             raise RuntimeError("train_step_cost() reads the compiled train step: call it in "
                                "fit after the first train step (on_train_batch_end or later). "
                                "Received: a call before any train step was compiled")
-        single = (self.config.family.train_step(self.config) if self.steps_per_execution > 1
-                  else None)
+        family = self.config.family
+        single = (sharded_state.on_param_blocks(  # sharded params: as the fused steps get them
+            self.strategy, family.train_step(self.config), shapes[0], "train",
+            family.takes_param_blocks) if self.steps_per_execution > 1 else None)
         return step_cost.step_cost(self.strategy, self.train_fn, shapes, single)
 
     def audit_train_step(self, platform: str | None = None) -> list[ProgramTrap]:

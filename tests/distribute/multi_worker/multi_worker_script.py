@@ -2,7 +2,7 @@
 
     python tests/distribute/multi_worker/multi_worker_script.py OUT_DIR
         [--batch B] [--hidden H] [--kill-rank R]
-        [--kill-at-step K] [--backup]
+        [--kill-at-step K] [--backup] [--shard-params]
 
 Under ``python -m mirrorfit.launch`` (``MIRRORFIT_*`` set) it trains with
 ``mf.MultiWorkerMirroredStrategy()``, otherwise with ``mf.MirroredStrategy()`` on the local
@@ -23,6 +23,8 @@ writes ``OUT_DIR/preempted-<rank>.json``: the epoch and step its backup resumes 
 global step.
 ``--backup``: train with ``BackupAndRestore(OUT_DIR/backup, save_freq=4)`` and a CSVLogger
 (``OUT_DIR/log-<rank>.csv``).
+``--shard-params``: the strategy is made with ``shard_params=True`` (the params and the
+optimizer state split over every replica of the job).
 """
 
 import argparse
@@ -164,9 +166,11 @@ def main():
     parser.add_argument("--term-at-step", type=int, default=-1)
     parser.add_argument("--backup", action="store_true")
     parser.add_argument("--data-seed", default="0")
+    parser.add_argument("--shard-params", action="store_true")
     args = parser.parse_args()
     multi = "MIRRORFIT_NUM_PROCESSES" in os.environ
-    strategy = mf.MultiWorkerMirroredStrategy() if multi else mf.MirroredStrategy()
+    strategy = (mf.MultiWorkerMirroredStrategy(shard_params=args.shard_params) if multi
+                else mf.MirroredStrategy(shard_params=args.shard_params))
     rank = jax.process_index()
     rng = np.random.default_rng(per_rank(args.data_seed, rank))
     x = rng.normal(size=(ROWS, 8)).astype(np.float32)

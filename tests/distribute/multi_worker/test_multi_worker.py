@@ -105,6 +105,21 @@ def test_parity_two_processes_match_one_process_four_devices(job, reference, all
             np.testing.assert_allclose(result[key], reference[key], rtol=1e-5)
 
 
+def test_shard_params_over_both_processes_matches_mirrored_one_process(tmp_path, reference,
+                                                                     allclose):
+    # MultiWorkerMirroredStrategy(shard_params=True): the params and optimizer state split
+    # over the 4 replicas of both processes (BackupAndRestore writing them whole), equal to
+    # the mirrored single process to float32 rounding; weights read whole on every process.
+    code, output, _ = _launch(tmp_path, "--backup", "--shard-params")
+    assert code == 0, output
+    assert "sharded over 4 replicas (ZeRO-3)" in output
+    for result in _results(tmp_path):
+        allclose(_weights(result), _weights(reference), rtol=1e-5, atol=1e-7)
+        for key in ("history_loss", "evaluate_loss", "pp_weights", "predicted"):
+            np.testing.assert_allclose(result[key], reference[key], rtol=1e-5, atol=1e-7,
+                                       err_msg=key)
+
+
 def test_predict_returns_all_rows_in_order_on_every_process(job, reference):
     _, _, results = job
     for result in results:

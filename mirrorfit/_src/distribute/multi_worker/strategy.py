@@ -90,6 +90,8 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             vanished) makes the others terminate. Default: ``$MIRRORFIT_HEARTBEAT_TIMEOUT``, else 100.
         shard_optimizer_state: split the optimizer state over all replicas of the job
             (ZeRO-1/2), as `MirroredStrategy`'s argument of that name.
+        shard_params: split the params too, over all replicas of the job (ZeRO-3/FSDP), as
+            `MirroredStrategy`'s argument of that name.
         step_timeout: seconds without a completed ``fit``/``evaluate``/``predict`` step
             (on any process, while such a loop runs) after which the job counts as stuck
             and ends; ``0`` turns the watchdog off. Default: ``$MIRRORFIT_STEP_TIMEOUT``,
@@ -125,7 +127,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
                  local_device_ids: int | Sequence[int] | None = None, *,
                  initialization_timeout: int | None = None,
                  heartbeat_timeout: int | None = None, step_timeout: float | None = None,
-                 shard_optimizer_state: bool = False):
+                 shard_optimizer_state: bool = False, shard_params: bool = False):
         timeout = watchdog.resolve_timeout(step_timeout)  # checked before JAX starts
         config = initialize(coordinator_address, num_processes, process_id, local_device_ids,
                             initialization_timeout=initialization_timeout,
@@ -136,7 +138,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             watchdog.install(distributed.global_state.client, config.process_id,
                              config.num_processes, timeout)
         self.cluster_resolver = ClusterResolver(config)
-        super().__init__(shard_optimizer_state=shard_optimizer_state)
+        super().__init__(shard_optimizer_state=shard_optimizer_state, shard_params=shard_params)
 
     def _resolve_devices(self, devices: Sequence[Device] | None) -> tuple[Device, ...]:
         # Every device of every process, ordered by process: each process's rows of a
