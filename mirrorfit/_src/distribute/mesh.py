@@ -62,8 +62,7 @@ class DeviceMesh:
                             f"shard_optimizer_state={shard_optimizer_state!r}")
         if not isinstance(shard_params, bool):
             raise TypeError("shard_params must be a bool: True splits the params and the "
-                            f"optimizer state over the replicas. Received: "
-                            f"shard_params={shard_params!r}")
+                            f"optimizer state. Received: shard_params={shard_params!r}")
         self._shard_params = shard_params
         self._shard_optimizer_state = shard_optimizer_state or shard_params
         self._devices = self._resolve_devices(devices)
@@ -102,9 +101,8 @@ class DeviceMesh:
 
     @property
     def shard_params(self) -> bool:
-        """Whether param leaves are split over the replicas too (ZeRO-3/FSDP; it implies
-        `shard_optimizer_state`): each step all-gathers them for the forward and backward
-        passes (`mirrorfit._src.distribute.fsdp`)."""
+        """Whether param leaves are split over the replicas too (ZeRO-3/FSDP, implying
+        `shard_optimizer_state`): each step all-gathers them (`mirrorfit._src.distribute.fsdp`)."""
         return self._shard_params
 
     @property
