@@ -26,7 +26,7 @@ this order:
    On blocks, the new blocks are all-gathered so the params stay mirrored; under sharded
    params they are all-gathered too (the caller's code may read the new weights) but
    recorded with their blocks, which the step keeps
-   (`mirrorfit._src.distribute.fsdp.kept_blocks`; the all-gather that nothing else reads
+   (`mirrorfit._src.distribute.zero.kept_blocks`; the all-gather that nothing else reads
    is dropped by XLA).
 """
 
