@@ -55,6 +55,21 @@ def test_run_quick_writes_json_and_markdown(tmp_path):
     assert "| handwritten |" in proc.stdout and "## Examples/s by case" in proc.stdout
 
 
+@pytest.mark.slow
+def test_fsdp_quick_prints_memory_and_largest_model_per_mode():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fsdp.py"), "--quick",
+                           "--devices", "2"], capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()
+             if line.startswith("| 2 |")]
+    rows = {row[1]: row for row in cells if len(row) == 9}  # the memory table's
+    assert set(rows) == {"mirrored", "zero", "fsdp"}
+    assert {row[2] for row in cells if len(row) == 6} == {"mirrored", "zero", "fsdp"}
+    # device 0 holds the whole state mirrored, half of it with shard_params at D=2
+    assert rows["mirrored"][4].startswith("1.00") and rows["fsdp"][4].startswith("0.50")
+
+
 def test_failure_reason_prefers_xlas_fatal_log_line():
     # As Keras 3 DataParallel's crash at D=8 printed it (shortened): warnings, the fatal line
     # of each stuck thread, then abseil's stack trace.
