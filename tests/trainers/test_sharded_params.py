@@ -233,7 +233,7 @@ def test_device_holds_its_share_of_params_and_optimizer_state_between_steps():
     assert held[True] <= 1.1 * held[False] / replicas + layer
 
 
-def test_backup_and_restore_resumes_bitwise_and_saved_model_loads_anywhere(tmp_path):
+def test_backup_and_restore_resumes_bitwise_and_checkpoints_load_anywhere(tmp_path):
     model = _model(8, True, OPTIMIZERS["loss_scale_adamw_decay_exclusions_clipnorm"][0]())
     initial = jax.device_get(model.state)
     validation = {"validation_data": (X[:30], Y[:30])}
@@ -244,8 +244,11 @@ def test_backup_and_restore_resumes_bitwise_and_saved_model_loads_anywhere(tmp_p
     backup = mf.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=2)
     with pytest.raises(Interrupt):
         _fit(model, [backup, interrupt_after(model, 7)], **validation)
-    assert _fit(model, [backup], **validation).history == expected
+    checkpoint = mf.callbacks.ModelCheckpoint(tmp_path / "checkpoint")
+    assert _fit(model, [backup, checkpoint], **validation).history == expected
     tree_equal(model.get_weights(), weights)
+    with mf.MirroredStrategy(jax.devices()[:3]).scope():  # its last epoch's, whole
+        tree_equal(mf.load_model(tmp_path / "checkpoint", model.module).get_weights(), weights)
 
     path = tmp_path / "model.keras"
     model.save(path)
