@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 import mirrorfit as mf
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.optimizers.accumulation import per_replica_accumulators
-from mirrorfit._src.trainers import accumulation, data_adapters
+from mirrorfit._src.trainers import data_adapters, sharded_state
 from tests.helpers import (
     Interrupt,
     all_reduce_operands,
@@ -68,7 +68,7 @@ def test_accumulated_fit_equals_all_reduce_per_micro_step(monkeypatch, replicas,
         history = _fit(local).history
     assert compiles == [1]
     with monkeypatch.context() as patch:  # the path before: all-reduce, then accumulate
-        patch.setattr(accumulation, "configured", lambda config: config)
+        patch.setattr(sharded_state, "_accumulating", lambda config: config)
         reference = _model(replicas, _optimizer(loss_scale), steps_per_execution)
         expected = _fit(reference).history
     # 2 epochs of 5 steps, 3 micro-steps per update: 3 updates and one micro-step pending

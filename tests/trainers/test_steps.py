@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 import mirrorfit as mf
 from mirrorfit._src.distribute.batch import Batch, place_batches, stack
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
-from mirrorfit._src.trainers.model_hooks import HookedSteps
+from mirrorfit._src.trainers.hooked_steps import HookedSteps
 from mirrorfit._src.trainers.statistics import StatsLayout
 from mirrorfit._src.trainers.steps import BUILTIN
 

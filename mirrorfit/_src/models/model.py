@@ -6,7 +6,7 @@ through `Model.assign_state`. It holds no training logic of its own. As in Keras
 ``Model`` inherits ``Trainer``, its other faces are mixins, one module each:
 `mirrorfit._src.trainers.training_api.TrainingAPI` (compile/fit/evaluate/predict),
 `mirrorfit._src.trainers.model_hooks.ModelHooks` (compute_loss/train_step/test_step/
-predict_step), `mirrorfit._src.trainers.model_metrics.ModelMetrics` (``metrics``),
+predict_step and the ``metrics`` they update),
 `mirrorfit._src.models.model_calls.ModelCalls` (``model(x)``, ``*_on_batch``, ``optimizer``) and
 `mirrorfit._src.models.weights.ModelVariables` (weights, saving, summary), and
 `mirrorfit._src.models.host_inputs.HostInputs` (host layers applied to ``x``).
@@ -35,10 +35,9 @@ from mirrorfit._src.models.weights import ModelVariables
 from mirrorfit._src.modules import input_spec, mixed_precision
 from mirrorfit._src.modules.adapters import ModuleAdapter, adapt
 from mirrorfit._src.modules.objects import ObjectAdapter, variable_trees
-from mirrorfit._src.trainers import accumulation, keras_steps
+from mirrorfit._src.trainers import keras_steps, sharded_state
 from mirrorfit._src.trainers.keras_steps import hook_form
 from mirrorfit._src.trainers.model_hooks import ModelHooks
-from mirrorfit._src.trainers.model_metrics import ModelMetrics
 from mirrorfit._src.trainers.state import TrainState, create_state, require_state
 from mirrorfit._src.trainers.steps import make_predict_step
 from mirrorfit._src.trainers.trainer import Trainer
@@ -52,7 +51,7 @@ NO_CALL = (
     "train_step. Received: a {name} without call")
 
 
-class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, ModelVariables,
+class Model(HostInputs, TrainingAPI, ModelHooks, ModelCalls, ModelVariables,
             ModelLayers, ObjectModel, Layer):
     """A Flax module, or a Keras-style subclass, with Keras' ``compile``/``fit``/``evaluate``/
     ``predict``, mirrored.
@@ -207,7 +206,7 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
         placed = fsdp.place_fields(self._strategy, {k: v for k, v in fields.items()
                                                     if k != "opt_state"})
         if "opt_state" in fields:  # mirrored, or split (shard_optimizer_state, accumulators)
-            placed["opt_state"] = accumulation.place_opt_state(
+            placed["opt_state"] = sharded_state.place_opt_state(
                 self._strategy, self._trainer.config, fields["opt_state"])
         self._state = state._replace(**placed)
         self._push()
@@ -318,7 +317,7 @@ class Model(HostInputs, TrainingAPI, ModelHooks, ModelMetrics, ModelCalls, Model
     def _init_opt_state(self, params):
         config = self._trainer.config
         assert config is not None  # called once compiled
-        return accumulation.init_opt_state(self._strategy, config, params)
+        return sharded_state.init_opt_state(self._strategy, config, params)
 
     def _check_input(self, x: Any, name: str = "x") -> None:
         """Builds on first use, or checks per-example shapes against the built model."""

@@ -1,22 +1,43 @@
-"""What ``fit`` does differently when the strategy shards the optimizer state (ZeRO-1/2)
-or the params too (ZeRO-3/FSDP).
+"""Where compile's optimizer state and the params live, and what ``fit`` does with them:
+mirrored, split over the replicas (ZeRO-1/2 and ZeRO-3/FSDP), or with per-replica gradient
+accumulators.
 
-With ``MirroredStrategy(shard_optimizer_state=True)``: `configured` checks at ``compile``
-that the optimizer can update blocks of the params, and flags the step config (its state
-is created split); `state_out_specs` keeps the train step's new
+**A sharded state.** With ``MirroredStrategy(shard_optimizer_state=True)``: `configured`
+checks at ``compile`` that the optimizer can update blocks of the params, and flags the step
+config (its state is created split); `state_out_specs` keeps the train step's new
 optimizer state split as its input was; `finalized` mirrors the EMA that ends ``fit``
 (the EMA lives in the optimizer state, so it is split too). With the option off each is
 what ``fit`` did before: the config as it is (flagged for per-replica gradient
-accumulators when the optimizer accumulates: `accumulation.configured`), ``P()`` (each
-leaf's spec when those accumulators are split over the replicas) and the unplaced EMA.
+accumulators when the optimizer accumulates), ``P()`` (each leaf's spec when those
+accumulators are split over the replicas) and the unplaced EMA.
 
 With ``shard_params=True`` as well, the params arrive in every step as this replica's
 blocks (`mirrorfit._src.distribute.fsdp`): `on_param_blocks` gives the built-in train step
 their split axes (it all-gathers them inside its differentiated function itself) and
 gathers the whole tree for every other step, keeping the blocks of the params a train step
 returns; `whole_params` is the state a step is traced on for its statistics' shapes.
-"""
 
+**Per-replica gradient accumulators.**
+
+With an optimizer made with ``gradient_accumulation_steps=k`` (compile's, in any form of
+train step), each replica accumulates its own gradients and the
+gradients are all-reduced once per applied update rather than on each of the ``k``
+micro-steps (`mirrorfit._src.optimizers.options.local_gradients`). The accumulator is
+per-replica state: every ``accumulated_gradients`` leaf of the optimizer state gets a leading
+``[num_replicas]`` axis placed over the ``"batch"`` axis (``P("batch")``), one slot per
+replica; every other leaf stays mirrored.
+
+`configured` flags the step config at ``compile``; `init_opt_state` and `place_opt_state` create
+and place the optimizer state so. Checkpoints hold the whole ``[num_replicas, ...]``
+arrays, so a run resumes bitwise at the same replica count; at another count (or into a
+params-shaped accumulator: a model with its own ``train_step``, a sharded optimizer state)
+the slots are summed into one (`mirrorfit._src.optimizers.accumulation.resized_accumulators`),
+which gives the same update up to float32 rounding.
+
+Custom loops, other optimizer objects and ``shard_optimizer_state=True`` keep the
+accumulation after the per-step all-reduce (or reduce-scatter), with a params-shaped
+accumulator.
+"""
 from __future__ import annotations
 
 import functools
@@ -24,22 +45,30 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mirrorfit._src.distribute import fsdp
-from mirrorfit._src.distribute.mesh import DeviceMesh
+from mirrorfit._src.distribute import fsdp, zero
+from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.distribute.replica_context import get_replica_context, replica_context
 from mirrorfit._src.distribute.run import specs_like
+from mirrorfit._src.optimizers.accumulation import (
+    GradientAccumulationState,
+    per_replica_accumulators,
+)
+from mirrorfit._src.optimizers.base import Optimizer
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.optimizers.options import finalize_variable_values
 from mirrorfit._src.optimizers.sliceable import check_sliceable
-from mirrorfit._src.trainers import accumulation
 from mirrorfit._src.trainers.state import TrainState
 from mirrorfit._src.trainers.step_family import StepConfig
 
 
 def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
     """``config`` flagged for a sharded optimizer state when ``strategy`` shards it, else
-    for per-replica gradient accumulators when it accumulates (`accumulation.configured`).
+    for per-replica gradient accumulators when it accumulates (`_accumulating`).
 
     Every step updates through the one optimizer update
     (`mirrorfit._src.optimizers.update.apply_update`), which reduce-scatters onto blocks
@@ -49,7 +78,7 @@ def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
         ValueError: if the optimizer cannot update blocks (`check_sliceable`).
     """
     if not strategy.shard_optimizer_state:
-        return accumulation.configured(config)
+        return _accumulating(config)
     check_sliceable(config.optimizer)
     return config._replace(shard_optimizer_state=True)
 
@@ -57,7 +86,7 @@ def configured(config: StepConfig, strategy: DeviceMesh) -> StepConfig:
 def state_out_specs(strategy: DeviceMesh, state: TrainState) -> Any:
     """The ``out_specs`` of the train step's state: ``P()`` (all mirrored), or with a
     sharded optimizer state or per-replica gradient accumulators
-    (`mirrorfit._src.trainers.accumulation`) each leaf's own spec (the step returns it
+    (`init_opt_state`) each leaf's own spec (the step returns it
     placed as it came)."""
     specs = specs_like(strategy, (state,))[0]
     if strategy.shard_optimizer_state or any(
@@ -120,3 +149,83 @@ def whole_params(strategy: DeviceMesh, state: TrainState) -> TrainState:
         return state
     return state._replace(params=jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state.params))
+
+
+def accumulation_steps(optimizer: optax.GradientTransformation) -> int | None:
+    """The ``gradient_accumulation_steps`` of an mf optimizer (inside a
+    `LossScaleOptimizer` too); None for none, or for an optax transformation."""
+    while isinstance(optimizer, LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    return optimizer.gradient_accumulation_steps if isinstance(optimizer, Optimizer) else None
+
+
+NO_UPDATE = (
+    "The optimizer applies an update every gradient_accumulation_steps={k} train steps, but "
+    "this fit runs {steps} (with {done} accumulated before it): it will change no weight. "
+    "Train for at least {needed} steps (more epochs or steps_per_epoch), or lower "
+    "gradient_accumulation_steps. Received: gradient_accumulation_steps={k} and {steps} "
+    "train steps")
+"""Warned (a `MirrorfitWarning`) when a ``fit`` ends before the first accumulated update."""
+
+
+def no_update_warning(optimizer: optax.GradientTransformation, opt_state: Any,
+                      steps: int | None) -> str | None:
+    """`NO_UPDATE` when ``optimizer`` accumulates gradients and ``steps`` more train steps
+    (``None``: unknown) cannot reach its next update from ``opt_state`` 's mini-step, else
+    ``None``."""
+    k = accumulation_steps(optimizer)
+    if k is None or steps is None:
+        return None
+    found: list[Any] = []
+    jax.tree.map(lambda node: found.append(node) if isinstance(
+        node, GradientAccumulationState) else None, opt_state,
+        is_leaf=lambda node: isinstance(node, GradientAccumulationState))
+    done = int(jax.device_get(found[0].mini_step)) if found else 0
+    if done + steps >= k:
+        return None
+    return NO_UPDATE.format(k=k, steps=steps, done=done, needed=k - done)
+
+
+def _accumulating(config: StepConfig) -> StepConfig:
+    """``config`` flagged for per-replica accumulation when it runs an accumulating
+    optimizer with a mirrored optimizer state (`configured`, when the state is not split): every
+    form of train step updates through `mirrorfit._src.optimizers.update.apply_update`,
+    which finds the per-replica slots in the state."""
+    if config.shard_optimizer_state or accumulation_steps(config.optimizer) is None:
+        return config
+    return config._replace(local_accumulation=True)
+
+
+def _shardings(strategy: DeviceMesh, tree: Any) -> Any:
+    replicated = jax.tree.map(lambda _: strategy.replicated_sharding, tree)
+    per_replica = NamedSharding(strategy.mesh, P(BATCH_AXIS))
+    return per_replica_accumulators(replicated, lambda acc: jax.tree.map(
+        lambda _: per_replica, acc))
+
+
+def init_opt_state(strategy: DeviceMesh, config: StepConfig, params: Any) -> Any:
+    """``config.optimizer.init(params)`` placed on ``strategy``; with
+    ``config.local_accumulation`` the accumulators are zeros ``[num_replicas, *shape]``
+    split over the replicas."""
+    if not config.local_accumulation:
+        if not strategy.shard_optimizer_state:
+            return jax.jit(config.optimizer.init,
+                           out_shardings=strategy.replicated_sharding)(params)
+        shapes = jax.eval_shape(config.optimizer.init, params)  # split: placed as created
+        return jax.jit(config.optimizer.init, out_shardings=jax.tree.map(
+            lambda s: zero.optimizer_state_sharding(strategy, s.shape), shapes))(params)
+    replicas = strategy.num_replicas_in_sync
+
+    def init(params):
+        return per_replica_accumulators(config.optimizer.init(params), lambda acc: jax.tree.map(
+            lambda a: jnp.zeros((replicas, *a.shape), a.dtype), acc))
+
+    return jax.jit(init, out_shardings=_shardings(strategy, jax.eval_shape(init, params)))(
+        params)
+
+
+def place_opt_state(strategy: DeviceMesh, config: StepConfig | None, tree: Any) -> Any:
+    """An optimizer state (host or device arrays) placed as `init_opt_state` places it."""
+    if config is None or not config.local_accumulation:
+        return zero.place_optimizer_state(strategy, tree)
+    return jax.device_put(tree, _shardings(strategy, tree))

@@ -57,7 +57,7 @@ class StepConfig(NamedTuple):
     shard_optimizer_state: bool = False
     # Whether the built-in train step accumulates each replica's own gradients and
     # all-reduces them once per applied update (``gradient_accumulation_steps``;
-    # `mirrorfit._src.trainers.accumulation`).
+    # `mirrorfit._src.trainers.sharded_state`).
     local_accumulation: bool = False
 
 

@@ -6,7 +6,7 @@ batch on the devices while the current step runs (on one device, a small or alig
 passed to the step as NumPy, whose call transfers it more cheaply:
 `mirrorfit._src.distribute.batch.takes_host_batch`), compiles its step through
 `compile_per_replica` (the one compile path ``strategy.run`` uses too), once per input shape
-(`mirrorfit._src.trainers.shape_cache`), and pushes each step's outputs to an `InFlight`
+(`PerShapeStep`, which warns past `MANY_SHAPES` shapes), and pushes each step's outputs to an `InFlight`
 bound, so at most two steps are queued: on the CPU backend with several devices, XLA's
 in-process all-reduce deadlocks when many collective executions are queued ("Termination
 timeout for all reduce").
@@ -46,12 +46,76 @@ from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh, InFlight
 from mirrorfit._src.distribute.replica_context import get_replica_context, replica_context
 from mirrorfit._src.distribute.run import compile_per_replica, specs_like
 from mirrorfit._src.modules.adapters import ModuleAdapter
-from mirrorfit._src.trainers import resident, shape_cache, sharded_state
+from mirrorfit._src.trainers import resident, sharded_state
 from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter
 from mirrorfit._src.trainers.prefetch import prefetch
+from mirrorfit._src.trainers.resident import ResidentBatch
 from mirrorfit._src.trainers.step_family import StepConfig
 from mirrorfit._src.utils.checks import MirrorfitWarning
+
+MANY_SHAPES = 4  # distinct input shapes of one step past which a fit warns
+
+MANY_SHAPES_WARNING = (
+    "The {kind} step has compiled for {count} distinct input shapes (per-example shapes "
+    "{shapes}, ...): each new shape compiles the step again, which takes seconds. Pad the "
+    "sequences to a few bucket lengths (e.g. mirrorfit.utils.pad_sequences(..., maxlen=L) "
+    "for each bucket L) so that few shapes reach the model.")
+
+
+def _input_shapes(batch: Batch | ResidentBatch) -> tuple[Any, ...]:
+    # A resident data set's rows all have the stored arrays' (one) shape.
+    x = batch.arrays.x if isinstance(batch, ResidentBatch) else batch.x
+    return tuple(getattr(leaf, "shape", None) for leaf in jax.tree.leaves(x))
+
+
+class PerShapeStep:
+    """A compiled step ``fn(*args)`` whose last argument is a `Batch`; it records the input
+    shapes it has run on (each one compile of ``fn``).
+
+    Args:
+        fn: the compiled (``jax.jit``) step.
+        kind: ``"train"``, ``"eval"`` or ``"predict"``, for the warning.
+        warned: the trainer's set of warning keys of the running ``fit`` (a warning is
+            given once per fit).
+    """
+
+    def __init__(self, fn: Callable[..., Any], kind: str,
+                 warned: Callable[[], set[str]]) -> None:
+        self.fn = fn
+        self.kind = kind
+        self.shapes: list[tuple[Any, ...]] = []  # the distinct batch input shapes, in order
+        self._warned = warned
+        self._last: tuple[Any, ...] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        shapes = _input_shapes(args[-1])
+        if shapes != self._last:  # cheap on the common path: one shape for every batch
+            self._last = shapes
+            if shapes not in self.shapes:
+                self.shapes.append(shapes)
+                self._maybe_warn()
+        return self.fn(*args)
+
+    def _maybe_warn(self) -> None:
+        key = f"many_shapes_{self.kind}"
+        warned = self._warned()
+        if len(self.shapes) > MANY_SHAPES and key not in warned:
+            warned.add(key)
+            examples = [[s[1:] for s in shapes] for shapes in self.shapes[:3]]
+            warnings.warn(MANY_SHAPES_WARNING.format(kind=self.kind, count=len(self.shapes),
+                                                     shapes=examples),
+                          MirrorfitWarning, stacklevel=4)
+
+    def compile_count(self) -> int:
+        """How many programs ``fn`` has compiled (``jax.jit`` 's cache entries)."""
+        return self.fn._cache_size()  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        # The rest of ``jax.jit`` 's surface (``lower``, ``_cache_size``, ...) is ``fn`` 's.
+        if name == "fn":  # not set yet (an object being copied): no recursion
+            raise AttributeError(name)
+        return getattr(self.fn, name)
 
 
 class StepLoops:
@@ -184,13 +248,13 @@ class StepLoops:
         """The compiled ``step`` for arguments like ``example_args``; ``out_specs`` may be a
         function that returns them, called only to compile."""
         key = (step, jax.tree.structure(example_args))
-        if key not in self._compiled:  # compiles once per input shape (shape_cache)
+        if key not in self._compiled:  # compiles once per input shape (PerShapeStep)
             kinds = {id(self._eval_step): "eval",
                      **{id(fn): "train" for fn in self._train_steps.values()}}
             kind = kinds.get(id(step)) or "predict"
             blocks = kind == "train" and self.config is not None and (
                 self.config.family.takes_param_blocks)
-            self._compiled[key] = shape_cache.PerShapeStep(compile_per_replica(
+            self._compiled[key] = PerShapeStep(compile_per_replica(
                 self.strategy, sharded_state.on_param_blocks(
                     self.strategy, step, example_args[0], kind, blocks),
                 specs_like(self.strategy, example_args),

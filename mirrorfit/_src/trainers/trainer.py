@@ -13,6 +13,11 @@ is done warns as Keras (`RAN_OUT_OF_DATA`) and stops training.
 For fault tolerance, ``fit`` publishes its position (`Progress`) before each
 ``on_train_batch_end``, and a callback may call `Trainer.resume_from` in ``on_train_begin``
 to continue mid-epoch (``BackupAndRestore`` does): `mirrorfit._src.callbacks.contract`.
+
+With `TerminateOnNaN` (`wants_check_numerics`), ``fit`` runs train steps built with the check
+on (`StepLoops.train_step_for`): their optimizer updates skip non-finite gradients and count
+them in the statistics, which the host reads after each step (`non_finite_seen`) to stop
+training there with one line (`NON_FINITE_GRADIENTS`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -34,19 +39,21 @@ from mirrorfit._src.callbacks.contract import (
     StepCost,
     TrainingLoop,
 )
+from mirrorfit._src.callbacks.stopping import TerminateOnNaN
 from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.distribute.mesh import DeviceMesh, InFlight
 from mirrorfit._src.modules.adapters import ModuleAdapter
+from mirrorfit._src.optimizers.loss_scale import LossScaleOptimizer
 from mirrorfit._src.trainers import (
-    accumulation,
     audit,
     fingerprint,
-    numerics,
     object_step,
     sharded_state,
     step_cost,
 )
+from mirrorfit._src.trainers import statistics as stats_lib
 from mirrorfit._src.trainers.data_adapters import DataAdapter, input_fingerprint
+from mirrorfit._src.trainers.step_family import StepConfig
 from mirrorfit._src.trainers.step_loops import StepLoops
 from mirrorfit._src.utils.checks import MirrorfitWarning
 
@@ -55,6 +62,38 @@ RAN_OUT_OF_DATA = (
     "generator can generate at least `steps_per_epoch * epochs` batches. You may need to "
     "use the `.repeat()` function when building your dataset.")
 """Keras' warning when a source runs dry before ``fit`` is done (a `MirrorfitWarning`)."""
+
+NON_FINITE_GRADIENTS = (
+    "Epoch {epoch}, batch {batch}: non-finite gradients (NaN or inf) although the loss may be "
+    "finite; the update was not applied, so the weights are those before this batch. "
+    "Terminating training (TerminateOnNaN).")
+"""Printed (chief) when ``fit`` with TerminateOnNaN stops at a non-finite gradient."""
+
+
+def wants_check_numerics(callbacks: Iterable[Any], config: StepConfig) -> bool:
+    """Whether ``fit`` checks gradients in the step: with a `TerminateOnNaN` among
+    ``callbacks``, and not under loss scaling (which skips non-finite steps and lowers its
+    scale instead)."""
+    return (any(isinstance(cb, TerminateOnNaN) for cb in callbacks)
+            and not isinstance(config.optimizer, LossScaleOptimizer))
+
+
+def non_finite_seen(layout: stats_lib.StatsLayout, statistics: np.ndarray) -> bool:
+    """Whether a train step of this epoch had non-finite gradients.
+
+    Args:
+        layout: the train statistics' layout.
+        statistics: the epoch's statistics vector, on the host.
+    """
+    return float(layout.unflatten(statistics).get(stats_lib.NON_FINITE, 0.0)) > 0
+
+
+def stop_message(epoch: int, done: int, group: int) -> str:
+    """`NON_FINITE_GRADIENTS` for the (0-based) ``epoch`` after ``done`` batches run
+    ``group`` at a time: the batch, or the range of the group it was in."""
+    batch = done - 1 if group == 1 else f"in {done - min(group, done)}..{done - 1}"
+    return NON_FINITE_GRADIENTS.format(epoch=epoch + 1, batch=batch)
+
 
 
 class Trainer(StepLoops, TrainingLoop):
@@ -164,13 +203,13 @@ class Trainer(StepLoops, TrainingLoop):
                                            epochs=epochs, history=history,
                                            batch_size=train.batch_size)
         if self.config is not None and train.steps is not None:
-            unapplied = accumulation.no_update_warning(
+            unapplied = sharded_state.no_update_warning(
                 self.config.optimizer, model.opt_state, train.steps * (epochs - initial_epoch))
             if unapplied is not None:
                 warnings.warn(unapplied, MirrorfitWarning, stacklevel=3)
         # TerminateOnNaN: this fit's steps check their updates' gradients (a step flag).
         self.check_numerics = (self.config is not None
-                               and numerics.wants_check_numerics(callback_list, self.config))
+                               and wants_check_numerics(callback_list, self.config))
         model.stop_training = False
         model.history = history
         self._warned = set()
@@ -252,8 +291,8 @@ class Trainer(StepLoops, TrainingLoop):
             self.progress = Progress(epoch, done, batch is None, statistics)
             check = self.check_numerics
             logged = self.strategy.fetch(statistics) if check else statistics  # one host read
-            if check and numerics.non_finite_seen(self._layouts["train"][0], logged):
-                chief_print(numerics.stop_message(epoch, done, group))
+            if check and non_finite_seen(self._layouts["train"][0], logged):
+                chief_print(stop_message(epoch, done, group))
                 model.stop_training = True
             callbacks.on_train_batch_end(done - 1, LazyLogs(logged, self._decode))
             if model.stop_training:

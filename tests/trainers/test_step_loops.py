@@ -1,12 +1,12 @@
 """Variable-length inputs: one compile per distinct input shape, and the warning past a few
-(mirrorfit/_src/trainers/shape_cache.py)."""
+(`PerShapeStep` in mirrorfit/_src/trainers/step_loops.py)."""
 
 import numpy as np
 import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.trainers import shape_cache
+from mirrorfit._src.trainers import step_loops
 from tests.helpers import count_step_compiles, mirrored_strategy
 
 RNG = np.random.default_rng(7)
@@ -51,10 +51,10 @@ def test_fit_on_two_lengths_compiles_the_train_step_once_per_length():
 
 
 def test_fit_warns_once_past_a_few_shapes_naming_pad_sequences(monkeypatch):
-    monkeypatch.setattr(shape_cache, "MANY_SHAPES", 1)  # warn from the second shape on
+    monkeypatch.setattr(step_loops, "MANY_SHAPES", 1)  # warn from the second shape on
     model = _model(functional=False)  # unbuilt: it takes other lengths than its first's
     with pytest.warns(mf.MirrorfitWarning, match=r"train step has compiled for 2 distinct "
                                                  r"input shapes.*pad_sequences") as record:
         model.fit(_batches([3, 4, 3, 5]), steps_per_epoch=4, verbose=0)
     assert len([w for w in record if "distinct input shapes" in str(w.message)]) == 1
-    assert shape_cache.MANY_SHAPES == 1 and len(model._trainer.train_fn.shapes) == 3
+    assert step_loops.MANY_SHAPES == 1 and len(model._trainer.train_fn.shapes) == 3
