@@ -3,10 +3,13 @@ GlobalMax/GlobalAveragePooling1D/2D/3D.
 
 ``strides`` defaults to ``pool_size`` and ``padding`` to ``"valid"``. With ``"same"``,
 average pooling divides by the number of real (unpadded) entries, as TensorFlow does.
+A masked `GlobalAveragePooling1D` averages the unmasked steps; a row with none is 0/0 = NaN,
+as in Keras, and training warns once when it meets one.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import flax.linen as nn
@@ -14,6 +17,21 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers.base import FlaxLayer, as_tuple, register
+
+ALL_MASKED = (
+    "GlobalAveragePooling1D received a row whose every step is masked: its mean is 0/0 = NaN "
+    "(as in Keras), and one training step on it makes the weights NaN. Drop such rows (e.g. "
+    "sequences that are all padding) before fit, or give each row at least one unmasked step.")
+_warned_all_masked = False
+
+
+def _warn_all_masked(any_all_masked: Any) -> None:
+    """Host side of the training-time check: warn the first time a batch has an all-masked
+    row (once per process)."""
+    global _warned_all_masked
+    if bool(any_all_masked) and not _warned_all_masked:
+        _warned_all_masked = True
+        warnings.warn(ALL_MASKED, RuntimeWarning, stacklevel=2)
 
 
 class _Pooling(FlaxLayer):
@@ -121,7 +139,9 @@ class GlobalAveragePooling1D(_GlobalPooling):
     """Mean over steps: ``[batch, steps, channels] -> [batch, channels]``.
 
     With a Keras mask (``mask`` bool ``[batch, steps]``, e.g. from ``Embedding(mask_zero=
-    True)``), the mean of the unmasked steps, as Keras; the output has no mask.
+    True)``), the mean of the unmasked steps, as Keras; the output has no mask. A row with no
+    unmasked step gives NaN, as in Keras; in training the step checks for one (a host callback
+    on one bool per replica) and warns once per process (`RuntimeWarning`).
     """
 
     rank: ClassVar[int] = 1
@@ -139,8 +159,10 @@ class GlobalAveragePooling1D(_GlobalPooling):
         self._check_format()
         x = self.cast(inputs)
         weight = jnp.asarray(mask, x.dtype)[:, :, None]
-        return (jnp.sum(x * weight, axis=1, keepdims=self.keepdims)
-                / jnp.sum(weight, axis=1, keepdims=self.keepdims))
+        count = jnp.sum(weight, axis=1, keepdims=self.keepdims)
+        if training and not _warned_all_masked:
+            jax.debug.callback(_warn_all_masked, jnp.any(count == 0))
+        return jnp.sum(x * weight, axis=1, keepdims=self.keepdims) / count
 
 
 @register
