@@ -16,9 +16,10 @@ SRC = ROOT / "_src"
 # docs/architecture.md's table, bottom to top: a package imports only packages of a lower level.
 LEVELS = {
     "utils": 1, "variables": 1,
-    "distribute": 2, "layers": 2, "losses": 2, "ops": 2, "optimizers": 2,
-    "metrics": 3, "modules": 3, "random": 3,
-    "export": 4, "saving": 4,
+    "activations": 2, "constraints": 2, "distribute": 2, "initializers": 2, "losses": 2,
+    "ops": 2, "optimizers": 2, "regularizers": 2,
+    "layers": 3, "metrics": 3, "random": 3,
+    "export": 4, "modules": 4, "saving": 4,
     "callbacks": 5,
     "trainers": 6,
     "models": 7,

@@ -6,7 +6,7 @@ import pytest
 from scipy.special import erf
 
 import mirrorfit as mf
-from mirrorfit._src.layers import activations
+from mirrorfit._src.activations import activations
 
 X = np.array([[-6.0, -1.5, -0.25, 0.0, 0.3, 2.0, 7.0]], np.float32)
 A = mf.activations

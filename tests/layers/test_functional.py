@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers import functional, model_info, sequential
 
 RNG = np.random.default_rng(2)
 

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers import summary
+from mirrorfit._src.layers import functional, sequential, summary
 
 
 def shapes_of(module, x):

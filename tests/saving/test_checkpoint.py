@@ -17,6 +17,7 @@ from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_format
 from tests.helpers import tree_equal
 
+
 def _layers(out: int = 3):
     return [nn.Dense(8), nn.BatchNorm(), nn.relu, nn.Dense(out), nn.softmax]
 

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.layers import activations, initializers
+from mirrorfit._src.activations import activations
+from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers import config as config_lib
 from mirrorfit._src.losses.losses import LOSSES
 from mirrorfit._src.metrics.metrics import METRICS

@@ -36,18 +36,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import (
-    activations,
-    constraints,
-    dtype_policy,
-    flax_bridge,
-    functional,
-    initializers,
-    regularizers,
-    sequential,
-)
+from mirrorfit._src.activations import activations
+from mirrorfit._src.constraints import constraints
+from mirrorfit._src.initializers import initializers
+from mirrorfit._src.layers import dtype_policy, flax_bridge, functional, sequential
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
 from mirrorfit._src.layers.layer import Layer
+from mirrorfit._src.regularizers import regularizers
 from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.checks import MirrorfitWarning
 

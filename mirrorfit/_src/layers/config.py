@@ -14,7 +14,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from mirrorfit._src.layers import activations, base, functional, sequential
+from mirrorfit._src.activations import activations
+from mirrorfit._src.layers import base, functional, sequential
 from mirrorfit._src.layers.core import Activation
 from mirrorfit._src.layers.functional import KerasTensor
 from mirrorfit._src.utils import registry

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from mirrorfit._src.constraints.constraints import layer_constraints
 from mirrorfit._src.layers import dtype_policy
-from mirrorfit._src.layers.constraints import layer_constraints
 from mirrorfit._src.layers.name_scope import unique_name, weight_path
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables import call_context, tracking

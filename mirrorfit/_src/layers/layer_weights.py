@@ -17,8 +17,11 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.layers import auto_config, constraints, initializers, regularizers
+from mirrorfit._src.constraints import constraints
+from mirrorfit._src.initializers import initializers
+from mirrorfit._src.layers import auto_config
 from mirrorfit._src.layers.name_scope import weight_path
+from mirrorfit._src.regularizers import regularizers
 from mirrorfit._src.variables import tracking
 from mirrorfit._src.variables.variable import Variable
 

@@ -19,8 +19,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import activations, initializers, regularizers
+from mirrorfit._src.activations import activations
+from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers.base import LOSSES, FlaxLayer, layer_field, register
+from mirrorfit._src.regularizers import regularizers
 
 
 @dataclasses.dataclass(frozen=True)
