@@ -42,9 +42,9 @@ from mirrorfit._src.distribute.values import ReduceOp as ReduceOp
 from mirrorfit._src.distribute.values import batch_mask as batch_mask
 from mirrorfit._src.distribute.zero import unsplit_optimizer_state as unsplit_optimizer_state
 from mirrorfit._src.initializers.initializers import Initializer as Initializer
-from mirrorfit._src.layers.functional import Input as Input
+from mirrorfit._src.layers.graph.functional import Input as Input
+from mirrorfit._src.layers.graph.symbolic import KerasTensor as KerasTensor
 from mirrorfit._src.layers.layer import Layer as Layer
-from mirrorfit._src.layers.symbolic import KerasTensor as KerasTensor
 from mirrorfit._src.losses.loss import Loss as Loss
 from mirrorfit._src.metrics.metric import Metric as Metric
 from mirrorfit._src.models.loading import load_model as load_model

@@ -39,9 +39,9 @@ from mirrorfit._src.layers.core import Rescaling as Rescaling
 from mirrorfit._src.layers.cropping import Cropping1D as Cropping1D
 from mirrorfit._src.layers.cropping import Cropping2D as Cropping2D
 from mirrorfit._src.layers.cropping import Cropping3D as Cropping3D
-from mirrorfit._src.layers.functional import Input as Input
-from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
-from mirrorfit._src.layers.input_layer import InputLayer as InputLayer
+from mirrorfit._src.layers.graph.functional import Input as Input
+from mirrorfit._src.layers.graph.functional import KerasTensor as KerasTensor
+from mirrorfit._src.layers.graph.input_layer import InputLayer as InputLayer
 from mirrorfit._src.layers.layer import Layer as Layer
 from mirrorfit._src.layers.masking import Masking as Masking
 from mirrorfit._src.layers.merging import Add as Add

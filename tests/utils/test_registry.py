@@ -16,7 +16,7 @@ import pytest
 import mirrorfit as mf
 from mirrorfit._src.activations import activations
 from mirrorfit._src.initializers import initializers
-from mirrorfit._src.layers import config as config_lib
+from mirrorfit._src.layers.graph import config as config_lib
 from mirrorfit._src.losses.losses import LOSSES
 from mirrorfit._src.metrics.metrics import METRICS
 from mirrorfit._src.optimizers.optimizers import OPTIMIZERS

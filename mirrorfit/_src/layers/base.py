@@ -10,14 +10,14 @@ A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
   params are always created in float32 and cast for the computation;
 * ``__call__(..., training=False)``, Keras' training flag;
 * Keras' masks: ``supports_masking`` and ``compute_mask(inputs, mask)``; a layer that
-  consumes a mask takes ``mask=`` in ``__call__`` (`mirrorfit._src.layers.mask_flow`);
+  consumes a mask takes ``mask=`` in ``__call__`` (`mirrorfit._src.layers.graph.mask_flow`);
 * calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
   found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
   ``custom_objects``);
 * weight constraints (``kernel_constraint=``, ...; `constraints.CONSTRAINED_WEIGHTS`) are
   read by the trainer, which applies them after every optimizer update
-  (`mirrorfit._src.layers.model_info.weight_constraints`);
+  (`mirrorfit._src.layers.graph.model_info.weight_constraints`);
 * weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
   when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
   ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
@@ -39,8 +39,9 @@ import jax.numpy as jnp
 from mirrorfit._src.activations import activations
 from mirrorfit._src.constraints import constraints
 from mirrorfit._src.initializers import initializers
-from mirrorfit._src.layers import dtype_policy, flax_bridge, functional, sequential
+from mirrorfit._src.layers import dtype_policy, flax_bridge
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
+from mirrorfit._src.layers.graph import functional, sequential
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.regularizers import regularizers
 from mirrorfit._src.utils import registry
@@ -243,7 +244,7 @@ class FlaxLayer(nn.Module):
     def _check_constraint_applies(self, name: str) -> None:
         """Warns when ``name`` has a constraint that no trainer would apply: the layer is
         neither a node of a layers model nor called on its own Variables (a Flax module's
-        child; `mirrorfit._src.layers.model_info.weight_constraints`)."""
+        child; `mirrorfit._src.layers.graph.model_info.weight_constraints`)."""
         parent = self.parent
         if (not isinstance(parent, nn.Module) or isinstance(
                 parent, (functional.FunctionalModule, sequential.SequentialModule))):

@@ -18,7 +18,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from mirrorfit._src.layers.model_info import model_layers
+from mirrorfit._src.layers.graph.model_info import model_layers
 from mirrorfit._src.variables import tracking
 
 # Keras' creation order of weight and sublayer names inside one layer.
@@ -58,7 +58,7 @@ def keras_weight_order(module: nn.Module, variables: dict[str, Any]) -> list[Wei
         TypeError: ``module`` is not a functional or sequential module.
 
     Example:
-        >>> from mirrorfit._src.layers.sequential import sequential_module
+        >>> from mirrorfit._src.layers.graph.sequential import sequential_module
         >>> module, _ = sequential_module([Input((3,)), Dense(2), BatchNormalization()])
         >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
         >>> ["/".join(p) for _, p in keras_weight_order(module, variables)][:3]

@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from mirrorfit._src.export.archive import export_model
-from mirrorfit._src.layers import summary as summary_lib
-from mirrorfit._src.layers.model_info import is_layers_model
+from mirrorfit._src.layers.graph import summary as summary_lib
+from mirrorfit._src.layers.graph.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.modules.adapters import ModuleAdapter

@@ -9,7 +9,7 @@ The steps never see a Flax module, only a `ModuleAdapter`:
   ``model_state``;
 * ``apply_with_mask(...) -> (y_pred, new_model_state, losses, mask)``: also the Keras mask of
   the output (bool ``[batch, timesteps]``) that a functional or Sequential model sows
-  (`mirrorfit._src.layers.mask_flow.sow_output_mask`), or ``None``.
+  (`mirrorfit._src.layers.graph.mask_flow.sow_output_mask`), or ``None``.
 
 ``params`` is the trainable ``"params"`` collection; ``model_state`` holds every other
 collection (BatchNorm ``batch_stats``, nnx RNG counters, ...). This module also owns the
@@ -29,7 +29,7 @@ import flax.linen as nn
 import jax
 from flax import nnx
 
-from mirrorfit._src.layers.mask_flow import OUTPUT_MASK
+from mirrorfit._src.layers.graph.mask_flow import OUTPUT_MASK
 
 LOSSES = "losses"
 """The collection whose sown values are added to the training loss (``model.losses``)."""

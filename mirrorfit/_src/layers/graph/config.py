@@ -15,9 +15,10 @@ import flax.linen as nn
 import jax
 
 from mirrorfit._src.activations import activations
-from mirrorfit._src.layers import base, functional, sequential
+from mirrorfit._src.layers import base
 from mirrorfit._src.layers.core import Activation
-from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.graph import functional, sequential
+from mirrorfit._src.layers.graph.functional import KerasTensor
 from mirrorfit._src.utils import registry
 
 FORMAT_VERSION = 1
@@ -109,7 +110,7 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
 
     Example:
         >>> import json
-        >>> from mirrorfit._src.layers.functional import functional_module
+        >>> from mirrorfit._src.layers.graph.functional import functional_module
         >>> module = functional_module(x := Input((3,)), Dense(2)(x))
         >>> text = json.dumps(functional_config(module))
         >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``

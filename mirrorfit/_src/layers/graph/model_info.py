@@ -19,8 +19,8 @@ import optax
 from flax import traverse_util
 
 from mirrorfit._src.constraints.constraints import layer_constraints
-from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor, probe_shape
-from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.layers.graph.functional import FunctionalModule, KerasTensor, probe_shape
+from mirrorfit._src.layers.graph.sequential import SequentialModule
 from mirrorfit._src.variables import tracking
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import rich.console
 import rich.table
 
-from mirrorfit._src.layers import functional, model_info, sequential
+from mirrorfit._src.layers.graph import functional, model_info, sequential
 from mirrorfit._src.utils.naming import snake_case
 
 # Keras' layouts: (line length, column positions) without and with "Connected to".
@@ -116,7 +116,7 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         TypeError: ``module`` is neither a functional nor a Sequential module.
 
     Example:
-        >>> from mirrorfit._src.layers.sequential import sequential_module
+        >>> from mirrorfit._src.layers.graph.sequential import sequential_module
         >>> module, _ = sequential_module([Input((3,)), Dense(2)])
         >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
         >>> print(format_summary(summary_rows(module, variables), name="sequential"))
