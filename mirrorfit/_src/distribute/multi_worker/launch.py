@@ -248,6 +248,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     return launch(args.script, args.args, nproc=args.nproc, cpu_devices=args.cpu_devices,
                   port=args.port, max_restarts=args.max_restarts)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
