@@ -44,7 +44,7 @@ from mirrorfit._src.saving.checkpoint_files import (
     write_failure,
     written_by_mirrorfit,
 )
-from mirrorfit._src.saving.checkpoint_format import Checkpoint, CheckpointError, flatten
+from mirrorfit._src.saving.checkpoint_format import CheckpointError, LoadedVersion, flatten
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 
 # -- versions -------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def latest(path: str | os.PathLike) -> Path:
     return found[0]
 
 
-def load(version: str | os.PathLike) -> Checkpoint:
+def load(version: str | os.PathLike) -> LoadedVersion:
     """Reads and verifies one version directory (``<path>/ckpt-<n>``) as NumPy arrays.
 
     Raises:
@@ -272,10 +272,10 @@ def load(version: str | os.PathLike) -> Checkpoint:
             raise CheckpointError(damaged.format(detail=detail)) from err
     arrays = {key: np.asarray(value) for key, value in flatten(nested).items()}
     checkpoint_format.check_arrays(arrays, entries, damaged)
-    return Checkpoint(arrays, meta.get("info", {}), version)
+    return LoadedVersion(arrays, meta.get("info", {}), version)
 
 
-def read_latest(path: str | os.PathLike) -> Checkpoint:
+def read_latest(path: str | os.PathLike) -> LoadedVersion:
     """Loads and verifies the newest version under checkpoint directory ``path``.
 
     Raises:
