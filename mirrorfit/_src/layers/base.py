@@ -41,6 +41,7 @@ from mirrorfit._src.constraints import constraints
 from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers import dtype_policy, flax_bridge
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
 from mirrorfit._src.layers.graph import functional, sequential
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.regularizers import regularizers
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
     from flax.linen.module import module_field as layer_field
 else:
     from dataclasses import field as layer_field
-
-LOSSES = "losses"  # collection of sown regularization penalties (scalars)
 
 CONSTRAINT_NOT_APPLIED = (
     "{layer}'s constraint on {weight!r} is not applied: the trainer applies the built-in "
@@ -231,7 +230,7 @@ class FlaxLayer(nn.Module):
                 dtype_policy.keep_uncast((*self.path, name))
         penalty = regularizers.get(regularizer)
         if penalty is not None and not self.is_initializing():
-            self.sow(LOSSES, f"{name}_regularizer", penalty(value))
+            self.sow(SOWN_LOSSES, f"{name}_regularizer", penalty(value))
         return value.astype(self.compute_dtype) if self.autocast else value
 
     def cast_read(self, values: jax.Array) -> jax.Array:
@@ -261,7 +260,7 @@ class FlaxLayer(nn.Module):
         penalty = regularizers.get(getattr(self, "activity_regularizer", None))
         if penalty is not None and not self.is_initializing():
             loss = penalty(outputs.astype(jnp.float32))
-            self.sow(LOSSES, "activity_regularizer", loss / outputs.shape[0])
+            self.sow(SOWN_LOSSES, "activity_regularizer", loss / outputs.shape[0])
         return outputs
 
     def bias_and_activation(self, y: jax.Array) -> jax.Array:

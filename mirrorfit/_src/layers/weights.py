@@ -31,6 +31,7 @@ import numpy as np
 from mirrorfit._src.constraints import constraints
 from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers import auto_config
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
 from mirrorfit._src.layers.graph.model_info import model_layers
 from mirrorfit._src.layers.name_scope import weight_path
 from mirrorfit._src.regularizers import regularizers
@@ -293,7 +294,7 @@ _CREATION_ORDER = ("query", "key", "value", "attention_output", "depthwise_kerne
                    "pointwise_kernel", "kernel", "recurrent_kernel", "bias", "gamma", "beta",
                    "moving_mean", "moving_variance", "embeddings", "mean", "variance", "count")
 _RANK = {name: i for i, name in enumerate(_CREATION_ORDER)}
-_NOT_WEIGHTS = ("losses", "intermediates")
+_NOT_WEIGHTS = (SOWN_LOSSES, "intermediates")
 
 CollectionPath = tuple[str, tuple[str, ...]]  # (collection, path inside the collection)
 

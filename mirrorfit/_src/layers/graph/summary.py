@@ -19,6 +19,7 @@ import numpy as np
 import rich.console
 import rich.table
 
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
 from mirrorfit._src.layers.graph import functional, model_info, sequential
 from mirrorfit._src.utils.naming import snake_case
 
@@ -144,7 +145,7 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
     for (name, layer), shape in zip(layers, shapes):
         counts = {"trainable": (0, 0), "non_trainable": (0, 0)}
         for collection, tree in variables.items():
-            if collection in ("losses", "intermediates") or name not in tree:
+            if collection in (SOWN_LOSSES, "intermediates") or name not in tree:
                 continue
             marks = (jax.tree.leaves(model_info.frozen_tree({name: tree[name]}, frozen))
                      if collection == "params" else None)
