@@ -25,7 +25,7 @@ LEVELS = {
     "models": 7,
 }
 BOTTOM = ("distribute.mesh", "distribute.batch", "distribute.values", "distribute.devices",
-          "utils.checks", "utils.naming", "utils.registry", "trainers.state",
+          "utils.checks", "utils.naming", "utils.object_registration", "trainers.state",
           "variables.stateless_scope", "variables.placement")
 MAX_LINES, MAX_MODEL_LINES = 450, 350
 

@@ -20,15 +20,15 @@ from mirrorfit._src.layers.graph import config as config_lib
 from mirrorfit._src.losses.losses import LOSSES
 from mirrorfit._src.metrics.metrics import METRICS
 from mirrorfit._src.optimizers.optimizers import OPTIMIZERS
-from mirrorfit._src.utils import registry
+from mirrorfit._src.utils import object_registration, registry
 
 
 @pytest.fixture(autouse=True)
 def fresh_tables(monkeypatch):
     """Each test registers its own classes into an empty ``register_serializable`` table,
     and its registries are gone after it."""
-    monkeypatch.setattr(registry, "_CUSTOM_OBJECTS", {})
-    monkeypatch.setattr(registry, "_CUSTOM_NAMES", {})
+    monkeypatch.setattr(object_registration, "_CUSTOM_OBJECTS", {})
+    monkeypatch.setattr(object_registration, "_CUSTOM_NAMES", {})
     monkeypatch.setattr(registry, "_BY_MODULE", dict(registry._BY_MODULE))
 
 

@@ -8,7 +8,8 @@ It holds two kinds of table, as Keras 3's ``object_registration`` and ``serializ
   ``"adam"``), looked up ignoring case;
 * the user's classes and functions, registered once for every kind with
   `register_serializable` under ``"package>Name"``, and the ``custom_objects`` of a call
-  (an argument, or `custom_object_scope` for configs nested in other configs).
+  (an argument, or `custom_object_scope` for configs nested in other configs): their table is
+  `mirrorfit._src.utils.object_registration`'s, whose names this module re-exports.
 
 An object is saved as Keras 3 saves it (`serialize`)::
 
@@ -22,145 +23,30 @@ and ``registered_name`` is ``None`` for a built-in, else the user class's regist
 registered classes and ``custom_objects`` are ever instantiated: a saved name never imports
 code.
 
-This module imports nothing from mirrorfit.
+It imports only `mirrorfit._src.utils.object_registration`.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import Any, Self, TypeVar, overload
+from typing import Any, TypeVar, overload
+
+from mirrorfit._src.utils.object_registration import CustomObjectScope as CustomObjectScope
+from mirrorfit._src.utils.object_registration import custom_object_scope as custom_object_scope
+from mirrorfit._src.utils.object_registration import get_registered_name as get_registered_name
+from mirrorfit._src.utils.object_registration import (
+    get_registered_object as get_registered_object,
+)
+from mirrorfit._src.utils.object_registration import (
+    register_serializable as register_serializable,
+)
+from mirrorfit._src.utils.object_registration import registered_name
 
 T = TypeVar("T", bound=Callable[..., Any])  # a class or a function
 
-_CUSTOM_OBJECTS: dict[str, Any] = {}
-"""``"package>Name"`` -> the user's class or function (`register_serializable`)."""
-_CUSTOM_NAMES: dict[Any, str] = {}
-"""The user's class or function -> its ``"package>Name"``."""
-_SCOPE: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "mirrorfit_custom_objects", default=MappingProxyType({}))
-"""The ``custom_objects`` of the enclosing `custom_object_scope` blocks."""
 _BY_MODULE: dict[str, Registry] = {}
 """Public module (``"mirrorfit.losses"``) -> the registry of its built-in objects."""
-
-
-def register_serializable(package: str = "Custom", name: str | None = None
-                          ) -> Callable[[T], T]:
-    """Class or function decorator: saved configs find it by ``"package>name"``.
-
-    As ``keras.saving.register_keras_serializable``: a registered class loads from a saved
-    config (a compile configuration, a layer in an architecture, an optimizer) without
-    ``custom_objects``, once the module that defines it has been imported.
-
-    Args:
-        package: the first part of the registered name.
-        name: the second part; defaults to the class's or function's ``__name__``.
-
-    Returns:
-        A decorator that registers its argument and returns it unchanged.
-
-    Raises:
-        ValueError: for a ``package`` that is not a non-empty string without ``">"``, or (from
-            the decorator) a class without ``get_config``.
-
-    Example:
-        >>> @register_serializable("my_package")
-        ... class DoubleMse(mf.losses.Loss):
-        ...     def call(self, y_true, y_pred):
-        ...         return 2.0 * mf.losses.mean_squared_error(y_true, y_pred)
-        >>> get_registered_name(DoubleMse)
-        'my_package>DoubleMse'
-        >>> get_registered_object("my_package>DoubleMse") is DoubleMse
-        True
-    """
-    if not isinstance(package, str) or not package or ">" in package:
-        raise ValueError("package must be a non-empty string without '>' (the registered name "
-                         f"is 'package>name'). Received: package={package!r}")
-
-    def decorator(obj: T) -> T:
-        _register_user_object(obj, f"{package}>{name or obj.__name__}")
-        return obj
-
-    return decorator
-
-
-def _register_user_object(obj: Any, registered_name: str) -> None:
-    if inspect.isclass(obj) and not hasattr(obj, "get_config"):
-        raise ValueError(
-            "register_serializable registers classes that save their constructor arguments: "
-            f"define get_config() on {obj.__name__} (and from_config, unless the class "
-            f"takes get_config()'s keys as arguments). Received: {obj!r}")
-    _CUSTOM_OBJECTS[registered_name] = obj
-    _CUSTOM_NAMES[obj] = registered_name
-
-
-def get_registered_name(obj: Any) -> str:
-    """The name `register_serializable` gave ``obj``, else its ``__name__``.
-
-    Example:
-        >>> get_registered_name(mf.losses.Huber)
-        'Huber'
-    """
-    return _CUSTOM_NAMES.get(obj) or obj.__name__
-
-
-def get_registered_object(name: str, custom_objects: Mapping[str, Any] | None = None,
-                          module_objects: Mapping[str, Any] | None = None) -> Any | None:
-    """The user's class or function saved under ``name``, or ``None``.
-
-    Looks in ``custom_objects``, then in the enclosing `custom_object_scope` blocks, then
-    among the `register_serializable` names, then in ``module_objects`` (Keras looks at the
-    scope and the registered names before ``custom_objects``; here an explicit argument wins).
-
-    Args:
-        name: a registered name (``"package>Name"``) or a ``custom_objects`` key.
-        custom_objects: ``{name: class or function}``.
-        module_objects: ``{name: class or function}`` looked at last.
-    """
-    for table in (custom_objects or {}, _SCOPE.get(), _CUSTOM_OBJECTS, module_objects or {}):
-        if name in table:
-            return table[name]
-    return None
-
-
-class CustomObjectScope:
-    """Makes ``custom_objects`` visible to every lookup inside a ``with`` block.
-
-    As ``keras.saving.custom_object_scope``, for configs nested inside configs (a custom
-    regularizer in a layer's config, the inner optimizer of a ``LossScaleOptimizer``) whose
-    ``from_config`` takes no ``custom_objects``. Nested scopes add to the outer ones.
-
-    Args:
-        custom_objects: ``{name: class or function}``.
-
-    Example:
-        >>> def my_relu(x):
-        ...     return jnp.maximum(x, 0.0)
-        >>> config = mf.layers.Dense(2, activation=my_relu).get_config()
-        >>> config["activation"]
-        'my_relu'
-        >>> with custom_object_scope({"my_relu": my_relu}):
-        ...     layer = mf.layers.Dense.from_config(config)
-        >>> layer.activation is my_relu
-        True
-    """
-
-    def __init__(self, custom_objects: Mapping[str, Any] | None) -> None:
-        self.custom_objects = dict(custom_objects or {})
-        self._tokens: list[contextvars.Token] = []
-
-    def __enter__(self) -> Self:
-        self._tokens.append(_SCOPE.set(MappingProxyType({**_SCOPE.get(), **self.custom_objects})))
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        _SCOPE.reset(self._tokens.pop())
-
-
-custom_object_scope = CustomObjectScope
-"""Keras' lower-case name of `CustomObjectScope` (``keras.saving.custom_object_scope``)."""
 
 
 def _instantiate(cls: Any, config: Mapping[str, Any]) -> Any:
@@ -284,7 +170,7 @@ class Registry:
         """The name a function is saved under: the first name it was registered under here,
         else its `register_serializable` name; ``None`` for another object."""
         try:
-            return self._primary.get(obj) or _CUSTOM_NAMES.get(obj)
+            return self._primary.get(obj) or registered_name(obj)
         except TypeError:  # unhashable
             return None
 
@@ -320,8 +206,8 @@ class Registry:
                 f"A {self.noun} config must be {{'class_name': <a class name>, 'config': "
                 f"{{...}}}}, as serialize writes it. Received: {self.noun}={config!r}")
         class_name, module = config["class_name"], config.get("module")
-        registered_name = config.get("registered_name") or class_name
-        cls = get_registered_object(registered_name, custom_objects)
+        saved_name = config.get("registered_name") or class_name
+        cls = get_registered_object(saved_name, custom_objects)
         if cls is None:
             cls = get_registered_object(class_name, custom_objects)
         if cls is None and module in (None, self.module):
