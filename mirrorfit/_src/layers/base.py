@@ -75,16 +75,24 @@ def _to_json(value: Any) -> Any:
     return value
 
 
+_KINDS = {"activation": activations.ACTIVATIONS, "constraint": constraints.CONSTRAINTS,
+          "initializer": initializers.INITIALIZERS, "regularizer": regularizers.REGULARIZERS}
+"""The registry of the arguments whose names end so (``kernel_initializer``, ...)."""
+
+
+def _kind(field: str) -> registry.Registry | None:
+    return next((kind for suffix, kind in _KINDS.items() if field.endswith(suffix)), None)
+
+
 def _from_json(field: str, value: Any) -> Any:
-    """A constructor argument from its `Layer.get_config` value."""
-    if field.endswith("regularizer") and isinstance(value, dict):
-        return regularizers.get(value)
-    if field.endswith("constraint") and isinstance(value, dict):
-        return constraints.deserialize(value)
-    if field.endswith("activation") and isinstance(value, str):
-        return activations.deserialize(value)
-    if field.endswith("initializer") and isinstance(value, (str, dict)):
-        return initializers.deserialize(value)
+    """A constructor argument from its `Layer.get_config` value: a config becomes its object,
+    and a name of a kind saved by function names (activations, initializers) what the kind's
+    ``deserialize`` gives (Keras' names stay names); other names stay names, which the kind's
+    ``get`` resolves when the layer runs."""
+    kind = _kind(field)
+    if kind is not None and (isinstance(value, dict) or (
+            isinstance(value, str) and kind.saves_functions)):
+        return kind.deserialize(value)
     return value
 
 
@@ -291,14 +299,9 @@ class FlaxLayer(nn.Module):
             if field.name == "parent":
                 continue
             value = getattr(self, field.name)
-            if field.name.endswith("activation"):
-                value = activations.serialize(value)
-            elif field.name.endswith("regularizer"):
-                value = regularizers.serialize(value)
-            elif field.name.endswith("constraint"):
-                value = constraints.serialize(value)
-            elif field.name.endswith("initializer"):
-                value = initializers.serialize(value)
+            kind = _kind(field.name)
+            if kind is not None:
+                value = kind.serialize(value)
             elif field.name == "dtype" and value is not None and not isinstance(value, str):
                 value = jnp.dtype(getattr(value, "name", value)).name
             config[field.name] = _to_json(value)
