@@ -16,12 +16,20 @@
 - An op of ``mirrorfit.ops`` (``sum = keras_op("sum", "jax.numpy.sum", "x, axis=None, ...")``
   in ``mirrorfit/_src/ops/``) is documented as the function it is at run time: Keras'
   signature, and the docstring `keras_op` gives it.
+- A kind's ``get``, ``serialize`` and ``deserialize`` (``get = LOSSES.get``: the methods of
+  its registry, ``mirrorfit/_src/utils/registry.py``'s ``Registry``) are documented as
+  functions: the method's parameters, less ``self``, and the attribute's docstring.
 """
 
 import ast
 import re
+from functools import cache
+from pathlib import Path
 
 import griffe
+
+_REGISTRY_SOURCE = Path(__file__).resolve().parents[1] / "mirrorfit/_src/utils/registry.py"
+_KIND_FUNCTION = re.compile(r"[A-Z][A-Z_]*\.(get|serialize|deserialize)")
 
 _EXAMPLE_HEADING = re.compile(r"^Example:[ \t]*$", re.MULTILINE)
 
@@ -40,6 +48,9 @@ class MirrorfitDocstrings(griffe.Extension):
             if isinstance(member.value, griffe.ExprCall) and str(
                     member.value.function) == "keras_op":
                 mod.set_member(name, _keras_op(member, member.value))
+            elif (_KIND_FUNCTION.fullmatch(str(member.value))
+                  and str(member.value).endswith(f".{name}")):
+                mod.set_member(name, _kind_function(member))
 
     def on_class_members(self, *, cls: griffe.Class, **kwargs) -> None:
         new = cls.members.get("__new__")
@@ -127,7 +138,39 @@ def _keras_op(attribute: griffe.Attribute, call: griffe.ExprCall) -> griffe.Func
     """The function ``keras_op(name, path, signature, ...)`` returns, as griffe sees it: its
     parameters parsed from ``signature``, its docstring as `keras_op` writes it."""
     name, path, signature = (ast.literal_eval(str(arg)) for arg in call.arguments[:3])
-    args = ast.parse(f"def f({signature}): pass").body[0].args
+    function = griffe.Function(attribute.name, lineno=attribute.lineno,
+                               endlineno=attribute.endlineno, parameters=_parameters(
+                                   ast.parse(f"def f({signature}): pass").body[0].args))
+    function.docstring = griffe.Docstring(
+        f"Keras' ``ops.{name}({signature})``, computed by ``{path}``.", parent=function)
+    return function
+
+
+@cache
+def _registry_methods() -> dict[str, ast.FunctionDef]:
+    """The methods of ``Registry``, read from its source."""
+    tree = ast.parse(_REGISTRY_SOURCE.read_text())
+    registry = next(node for node in tree.body
+                    if isinstance(node, ast.ClassDef) and node.name == "Registry")
+    return {node.name: node for node in registry.body if isinstance(node, ast.FunctionDef)}
+
+
+def _kind_function(attribute: griffe.Attribute) -> griffe.Function:
+    """``get = LOSSES.get`` as the function it is at run time (see the module docstring)."""
+    method = _registry_methods()[attribute.name].args
+    args = ast.arguments(posonlyargs=method.posonlyargs, args=method.args[1:],  # less self
+                         vararg=method.vararg, kwonlyargs=method.kwonlyargs,
+                         kw_defaults=method.kw_defaults, kwarg=method.kwarg,
+                         defaults=method.defaults)
+    function = griffe.Function(attribute.name, lineno=attribute.lineno,
+                               endlineno=attribute.endlineno, parameters=_parameters(args))
+    if attribute.docstring is not None:
+        function.docstring = griffe.Docstring(attribute.docstring.value, parent=function)
+    return function
+
+
+def _parameters(args: ast.arguments) -> griffe.Parameters:
+    """griffe's parameters for a function's ``ast.arguments``."""
     positional = [*args.posonlyargs, *args.args]
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     params = [griffe.Parameter(a.arg, kind=griffe.ParameterKind.positional_or_keyword,
@@ -141,9 +184,4 @@ def _keras_op(attribute: griffe.Attribute, call: griffe.ExprCall) -> griffe.Func
                for a, d in zip(args.kwonlyargs, args.kw_defaults)]
     if args.kwarg:
         params.append(griffe.Parameter(args.kwarg.arg, kind=griffe.ParameterKind.var_keyword))
-    function = griffe.Function(attribute.name, lineno=attribute.lineno,
-                               endlineno=attribute.endlineno,
-                               parameters=griffe.Parameters(*params))
-    function.docstring = griffe.Docstring(
-        f"Keras' ``ops.{name}({signature})``, computed by ``{path}``.", parent=function)
-    return function
+    return griffe.Parameters(*params)

@@ -41,11 +41,10 @@ from mirrorfit._src.distribute.values import PerReplica as PerReplica
 from mirrorfit._src.distribute.values import ReduceOp as ReduceOp
 from mirrorfit._src.distribute.values import batch_mask as batch_mask
 from mirrorfit._src.distribute.zero import unsplit_optimizer_state as unsplit_optimizer_state
-from mirrorfit._src.layers.functional import Input as Input
-from mirrorfit._src.layers.initializers import Initializer as Initializer
+from mirrorfit._src.initializers.initializers import Initializer as Initializer
+from mirrorfit._src.layers.graph.functional import Input as Input
+from mirrorfit._src.layers.graph.symbolic import KerasTensor as KerasTensor
 from mirrorfit._src.layers.layer import Layer as Layer
-from mirrorfit._src.layers.regularizers import Regularizer as Regularizer
-from mirrorfit._src.layers.symbolic import KerasTensor as KerasTensor
 from mirrorfit._src.losses.loss import Loss as Loss
 from mirrorfit._src.metrics.metric import Metric as Metric
 from mirrorfit._src.models.loading import load_model as load_model
@@ -53,6 +52,7 @@ from mirrorfit._src.models.model import Model as Model
 from mirrorfit._src.models.sequential import Sequential as Sequential
 from mirrorfit._src.optimizers.base import Optimizer as Optimizer
 from mirrorfit._src.optimizers.gradients import apply_gradients as apply_gradients
+from mirrorfit._src.regularizers.regularizers import Regularizer as Regularizer
 from mirrorfit._src.saving.custom_checkpoint import Checkpoint as Checkpoint
 from mirrorfit._src.saving.custom_checkpoint import CheckpointManager as CheckpointManager
 from mirrorfit._src.saving.custom_checkpoint import latest_checkpoint as latest_checkpoint

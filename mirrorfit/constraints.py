@@ -1,14 +1,14 @@
 """Weight constraints, as ``keras.constraints``: projections applied after each optimizer
 update (``mf.layers.Dense(4, kernel_constraint=mf.constraints.MaxNorm(2.0))``)."""
 
-from mirrorfit._src.layers.constraints import Constraint as Constraint
-from mirrorfit._src.layers.constraints import MaxNorm as MaxNorm
-from mirrorfit._src.layers.constraints import MinMaxNorm as MinMaxNorm
-from mirrorfit._src.layers.constraints import NonNeg as NonNeg
-from mirrorfit._src.layers.constraints import UnitNorm as UnitNorm
-from mirrorfit._src.layers.constraints import deserialize as deserialize
-from mirrorfit._src.layers.constraints import get as get
-from mirrorfit._src.layers.constraints import serialize as serialize
+from mirrorfit._src.constraints.constraints import Constraint as Constraint
+from mirrorfit._src.constraints.constraints import MaxNorm as MaxNorm
+from mirrorfit._src.constraints.constraints import MinMaxNorm as MinMaxNorm
+from mirrorfit._src.constraints.constraints import NonNeg as NonNeg
+from mirrorfit._src.constraints.constraints import UnitNorm as UnitNorm
+from mirrorfit._src.constraints.constraints import deserialize as deserialize
+from mirrorfit._src.constraints.constraints import get as get
+from mirrorfit._src.constraints.constraints import serialize as serialize
 
 # Keras' lower-case aliases (keras.constraints.max_norm is the MaxNorm class).
 max_norm = MaxNorm

@@ -1,25 +1,25 @@
 """Weight initializers, as ``keras.initializers``: ``(key, shape, dtype) -> array`` objects
 for the layers' ``*_initializer`` arguments (``Dense(4, kernel_initializer=HeNormal())``)."""
 
-from mirrorfit._src.layers.initializers import Constant as Constant
-from mirrorfit._src.layers.initializers import GlorotNormal as GlorotNormal
-from mirrorfit._src.layers.initializers import GlorotUniform as GlorotUniform
-from mirrorfit._src.layers.initializers import HeNormal as HeNormal
-from mirrorfit._src.layers.initializers import HeUniform as HeUniform
-from mirrorfit._src.layers.initializers import Identity as Identity
-from mirrorfit._src.layers.initializers import Initializer as Initializer
-from mirrorfit._src.layers.initializers import LecunNormal as LecunNormal
-from mirrorfit._src.layers.initializers import LecunUniform as LecunUniform
-from mirrorfit._src.layers.initializers import Ones as Ones
-from mirrorfit._src.layers.initializers import Orthogonal as Orthogonal
-from mirrorfit._src.layers.initializers import RandomNormal as RandomNormal
-from mirrorfit._src.layers.initializers import RandomUniform as RandomUniform
-from mirrorfit._src.layers.initializers import TruncatedNormal as TruncatedNormal
-from mirrorfit._src.layers.initializers import VarianceScaling as VarianceScaling
-from mirrorfit._src.layers.initializers import Zeros as Zeros
-from mirrorfit._src.layers.initializers import deserialize as deserialize
-from mirrorfit._src.layers.initializers import get as get
-from mirrorfit._src.layers.initializers import serialize as serialize
+from mirrorfit._src.initializers.initializers import Constant as Constant
+from mirrorfit._src.initializers.initializers import GlorotNormal as GlorotNormal
+from mirrorfit._src.initializers.initializers import GlorotUniform as GlorotUniform
+from mirrorfit._src.initializers.initializers import HeNormal as HeNormal
+from mirrorfit._src.initializers.initializers import HeUniform as HeUniform
+from mirrorfit._src.initializers.initializers import Identity as Identity
+from mirrorfit._src.initializers.initializers import Initializer as Initializer
+from mirrorfit._src.initializers.initializers import LecunNormal as LecunNormal
+from mirrorfit._src.initializers.initializers import LecunUniform as LecunUniform
+from mirrorfit._src.initializers.initializers import Ones as Ones
+from mirrorfit._src.initializers.initializers import Orthogonal as Orthogonal
+from mirrorfit._src.initializers.initializers import RandomNormal as RandomNormal
+from mirrorfit._src.initializers.initializers import RandomUniform as RandomUniform
+from mirrorfit._src.initializers.initializers import TruncatedNormal as TruncatedNormal
+from mirrorfit._src.initializers.initializers import VarianceScaling as VarianceScaling
+from mirrorfit._src.initializers.initializers import Zeros as Zeros
+from mirrorfit._src.initializers.initializers import deserialize as deserialize
+from mirrorfit._src.initializers.initializers import get as get
+from mirrorfit._src.initializers.initializers import serialize as serialize
 
 # Keras' lower-case aliases of the classes (keras.initializers.he_normal is HeNormal).
 constant = Constant

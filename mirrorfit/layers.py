@@ -39,9 +39,9 @@ from mirrorfit._src.layers.core import Rescaling as Rescaling
 from mirrorfit._src.layers.cropping import Cropping1D as Cropping1D
 from mirrorfit._src.layers.cropping import Cropping2D as Cropping2D
 from mirrorfit._src.layers.cropping import Cropping3D as Cropping3D
-from mirrorfit._src.layers.functional import Input as Input
-from mirrorfit._src.layers.functional import KerasTensor as KerasTensor
-from mirrorfit._src.layers.input_layer import InputLayer as InputLayer
+from mirrorfit._src.layers.graph.functional import Input as Input
+from mirrorfit._src.layers.graph.functional import KerasTensor as KerasTensor
+from mirrorfit._src.layers.graph.input_layer import InputLayer as InputLayer
 from mirrorfit._src.layers.layer import Layer as Layer
 from mirrorfit._src.layers.masking import Masking as Masking
 from mirrorfit._src.layers.merging import Add as Add
@@ -114,9 +114,6 @@ from mirrorfit._src.layers.preprocessing.text_vectorization import (
 from mirrorfit._src.layers.recurrent import GRU as GRU
 from mirrorfit._src.layers.recurrent import LSTM as LSTM
 from mirrorfit._src.layers.recurrent import SimpleRNN as SimpleRNN
-from mirrorfit._src.layers.regularizers import L1 as L1
-from mirrorfit._src.layers.regularizers import L1L2 as L1L2
-from mirrorfit._src.layers.regularizers import L2 as L2
 from mirrorfit._src.layers.reshaping import Flatten as Flatten
 from mirrorfit._src.layers.reshaping import Permute as Permute
 from mirrorfit._src.layers.reshaping import RepeatVector as RepeatVector
@@ -129,6 +126,9 @@ from mirrorfit._src.layers.reshaping import ZeroPadding2D as ZeroPadding2D
 from mirrorfit._src.layers.reshaping import ZeroPadding3D as ZeroPadding3D
 from mirrorfit._src.layers.wrappers import Bidirectional as Bidirectional
 from mirrorfit._src.layers.wrappers import TimeDistributed as TimeDistributed
+from mirrorfit._src.regularizers.regularizers import L1 as L1
+from mirrorfit._src.regularizers.regularizers import L1L2 as L1L2
+from mirrorfit._src.regularizers.regularizers import L2 as L2
 
 __all__ = [
     "ELU",

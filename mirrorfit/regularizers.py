@@ -1,11 +1,11 @@
 """Weight penalties, as ``keras.regularizers``: sow them into ``"losses"`` from a module."""
 
-from mirrorfit._src.layers.regularizers import L1 as L1
-from mirrorfit._src.layers.regularizers import L1L2 as L1L2
-from mirrorfit._src.layers.regularizers import L2 as L2
-from mirrorfit._src.layers.regularizers import Regularizer as Regularizer
-from mirrorfit._src.layers.regularizers import get as get
-from mirrorfit._src.layers.regularizers import serialize as serialize
+from mirrorfit._src.regularizers.regularizers import L1 as L1
+from mirrorfit._src.regularizers.regularizers import L1L2 as L1L2
+from mirrorfit._src.regularizers.regularizers import L2 as L2
+from mirrorfit._src.regularizers.regularizers import Regularizer as Regularizer
+from mirrorfit._src.regularizers.regularizers import get as get
+from mirrorfit._src.regularizers.regularizers import serialize as serialize
 
 # Keras' lower-case aliases (keras.regularizers.l1 is the L1 class).
 l1 = L1

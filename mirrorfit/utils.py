@@ -1,7 +1,7 @@
 """Public utilities: ``mf.utils``."""
 
 from mirrorfit._src.distribute.devices import simulate_cpu_devices as simulate_cpu_devices
-from mirrorfit._src.layers.model_visualization import plot_model as plot_model
+from mirrorfit._src.layers.graph.model_visualization import plot_model as plot_model
 from mirrorfit._src.random.seed_generator import set_random_seed as set_random_seed
 from mirrorfit._src.trainers.audit import audit_step as audit_step
 from mirrorfit._src.trainers.data_adapters.py_dataset_adapter import PyDataset as PyDataset

@@ -6,7 +6,7 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.layers.constraints import layer_constraints
+from mirrorfit._src.constraints.constraints import layer_constraints
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(2, 3, 4)).astype(np.float32) * 4  # spans the thresholds and max_value

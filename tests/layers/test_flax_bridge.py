@@ -11,7 +11,10 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.layers import flax_bridge, functional, sequential, summary
+from mirrorfit._src.layers import flax_bridge
+from mirrorfit._src.layers.graph import summary
+from mirrorfit._src.layers.graph import sequential
+from mirrorfit._src.layers.graph import functional
 from tests.helpers import mirrored_strategy
 
 RNG = np.random.default_rng(1)

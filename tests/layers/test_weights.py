@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src.layers import functional, sequential
+from mirrorfit._src.layers.graph import sequential
+from mirrorfit._src.layers.graph import functional
 from mirrorfit._src.layers import weights as weights_lib
 
 RNG = np.random.default_rng(3)

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.layers import sequential
+from mirrorfit._src.layers.graph import sequential
 from tests.helpers import mirrored_strategy
 
 L = mf.layers

@@ -16,9 +16,9 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import mirrorfit as mf
+from mirrorfit._src.distribute.batch import place_batches
 from mirrorfit._src.modules import adapters, mixed_precision
 from mirrorfit._src.trainers import data_adapters
-from mirrorfit._src.distribute.batch import place_batches
 from tests.callbacks.resume_harness import assert_same_result, backup_steps, finish, result, start
 from tests.helpers import all_reduce_operands, cuda_ops, mirrored_strategy, tree_equal
 

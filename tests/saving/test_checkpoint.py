@@ -17,6 +17,7 @@ from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_format
 from tests.helpers import tree_equal
 
+
 def _layers(out: int = 3):
     return [nn.Dense(8), nn.BatchNorm(), nn.relu, nn.Dense(out), nn.softmax]
 
@@ -191,7 +192,7 @@ def test_load_weights_of_damaged_checkpoint_raises_naming_it(tmp_path, damage, s
                                                              model_on_2):
     model = model_on_2
     shutil.copytree(saved_on_8[0], tmp_path / "w")
-    version = checkpoint_lib.latest(tmp_path / "w")
+    version = checkpoint_lib.versions(tmp_path / "w")[0]
     damage(version)
     before = _random_weights(model, seed=4)
     with pytest.raises(checkpoint_format.CheckpointError, match=str(version)):

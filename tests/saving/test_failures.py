@@ -324,7 +324,7 @@ def test_full_disk_names_the_argument_and_keeps_the_previous_checkpoint(writer, 
     write, argument = WRITERS[writer]
     path = tmp_path / "ckpt"
     write(model, path)
-    previous = checkpoint_lib.latest(path)
+    previous = checkpoint_lib.versions(path)[0]
     files = _snapshot(path)
     saved = checkpoint_lib.load(previous)
     with monkeypatch.context() as patch:
@@ -335,7 +335,7 @@ def test_full_disk_names_the_argument_and_keeps_the_previous_checkpoint(writer, 
                                  rf".*{previous.name}' is intact"):
             write(model, path)
     assert _snapshot(path) == files  # no half-written version left, nothing removed
-    again = checkpoint_lib.load(checkpoint_lib.latest(path))
+    again = checkpoint_lib.load(checkpoint_lib.versions(path)[0])
     assert again.path == previous
     for key, value in saved.arrays.items():
         assert np.array_equal(again.arrays[key], value)

@@ -1,6 +1,7 @@
 """The one registry of names (`mirrorfit._src.utils.registry`) and the lookups built on it.
 
-Unit tests of `Registry` (names, aliases, case, class names), of the user's table
+Unit tests of `Registry` (names, aliases, case, class names; a kind's get, serialize and
+deserialize), of the user's table
 (`register_serializable`, ``custom_objects``, `custom_object_scope`) and of `serialize` /
 `deserialize` in Keras 3's format; then the public lookups that use it (``mf.losses.get``,
 ``mf.optimizers.get``, ``mf.regularizers.get``, activations and initializers by name) and
@@ -14,20 +15,21 @@ import jax.numpy as jnp
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.layers import activations, initializers
-from mirrorfit._src.layers import config as config_lib
+from mirrorfit._src.activations import activations
+from mirrorfit._src.initializers import initializers
+from mirrorfit._src.layers.graph import config as config_lib
 from mirrorfit._src.losses.losses import LOSSES
 from mirrorfit._src.metrics.metrics import METRICS
 from mirrorfit._src.optimizers.optimizers import OPTIMIZERS
-from mirrorfit._src.utils import registry
+from mirrorfit._src.utils import object_registration, registry
 
 
 @pytest.fixture(autouse=True)
 def fresh_tables(monkeypatch):
     """Each test registers its own classes into an empty ``register_serializable`` table,
     and its registries are gone after it."""
-    monkeypatch.setattr(registry, "_CUSTOM_OBJECTS", {})
-    monkeypatch.setattr(registry, "_CUSTOM_NAMES", {})
+    monkeypatch.setattr(object_registration, "_CUSTOM_OBJECTS", {})
+    monkeypatch.setattr(object_registration, "_CUSTOM_NAMES", {})
     monkeypatch.setattr(registry, "_BY_MODULE", dict(registry._BY_MODULE))
 
 
@@ -67,9 +69,9 @@ def things():
 
 
 def test_registry_finds_names_and_aliases_in_any_case(things):
-    assert things.get("Thing") is things.get("THING") is things.get("t") is Thing
-    assert things.get("other") is Other
-    assert things.get("unknown") is None
+    assert things.find("Thing") is things.find("THING") is things.find("t") is Thing
+    assert things.find("other") is Other
+    assert things.find("unknown") is None
     assert things.names() == ["Other", "Thing", "t", "thing"]
     assert things.classes() == (Thing, Other)
     assert things.name_of(Thing) == "Thing" and things.name_of(NoFromConfig) is None
@@ -78,7 +80,7 @@ def test_registry_finds_names_and_aliases_in_any_case(things):
 
 def test_registry_alias_registered_later_takes_over_a_name_but_not_a_class_name(things):
     things.register(NoFromConfig, aliases=("other",))
-    assert things.get("Other") is things.get("other") is NoFromConfig
+    assert things.find("Other") is things.find("other") is NoFromConfig
     # serialize writes exact class names: those still mean their class.
     rebuilt = things.deserialize({"class_name": "Other", "config": {"size": 2}})
     assert type(rebuilt) is Other and rebuilt.size == 2
@@ -103,15 +105,128 @@ def test_register_works_as_decorator_with_and_without_arguments():
     class B:
         pass
 
-    assert kind.get("a") is A and kind.get("B") is kind.get("bee") is B
+    assert kind.find("a") is A and kind.find("B") is kind.find("bee") is B
     assert kind.name_of(B) == "bee"
 
 
 def test_metric_names_keep_keras_compile_meaning_of_accuracy():
     # "accuracy"/"acc" in any case mean the inferred accuracy, as Keras' compile; the class
     # name Accuracy in a saved config still means the Accuracy class.
-    assert METRICS.get("Accuracy") is METRICS.get("acc") is mf.metrics.InferredAccuracy
+    assert METRICS.find("Accuracy") is METRICS.find("acc") is mf.metrics.InferredAccuracy
     assert type(METRICS.deserialize({"class_name": "Accuracy"})) is mf.metrics.Accuracy
+
+
+# -- a kind's get / serialize / deserialize (the Registry's; one line in each kind's module) -
+
+
+class Needy(Thing):
+    def __init__(self, size):
+        super().__init__(size)
+
+
+def _named(name):
+    def fn(x):
+        return x
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _kind(saves, **kwargs):
+    kind = registry.Registry("thing", "tests.kinds", base=(Thing,), expected="a callable",
+                             saves=saves, **kwargs)
+    kind.register(Thing, aliases=("thing",))
+    kind.register(Needy)
+    kind.register(abs, name="absolute")
+    return kind
+
+
+def test_kind_get_builds_names_rebuilds_configs_and_passes_callables():
+    kind = _kind("names", default="nothing")
+    assert kind.get(None) == "nothing"
+    built = kind.get("THING")
+    assert type(built) is Thing and built.size == 1  # a class found by name: its defaults
+    assert kind.get({"class_name": "Thing", "config": {"size": 4}}).size == 4
+    assert kind.get("absolute") is abs and kind.get(len) is len and kind.get(Thing) is Thing
+    with pytest.raises(ValueError, match=r"Unknown thing name 'gone': thing must be one of "
+                       r"\['Needy', 'Thing', 'absolute', 'thing'\] \(any case\), a callable, "
+                       r"or a name of yours registered.*Received: thing='gone'"):
+        kind.get("gone")
+    with pytest.raises(ValueError, match=r"The thing Needy needs arguments: pass an object, e.g. "
+                       r"thing=tests.kinds.Needy\(...\). Received: thing='needy'"):
+        kind.get("needy")
+    with pytest.raises(TypeError, match=r"thing must be a thing name, a callable. "
+                       r"Received: thing=3 of type int"):
+        kind.get(3)
+    with pytest.raises(ValueError, match=r"Received: thing=None of type NoneType"):
+        _kind("names", error=ValueError).get(None)  # no default: None is refused
+    by_name = registry.Registry("act", saves="named functions")  # no module: no configs
+    with pytest.raises(TypeError, match=r"Received: act=\{'class_name': 'Thing'\}"):
+        by_name.get({"class_name": "Thing"})
+
+
+def test_kind_get_goes_through_an_overridden_convert():
+    class Tagging(registry.Registry):
+        def convert(self, value, name):
+            return ("converted", super().convert(value, name), name)
+
+    tagging = Tagging("thing", base=(Thing,))
+    tagging.register(Thing)
+    converted, built, name = tagging.get("thing")
+    assert converted == "converted" and type(built) is Thing and name == "thing"
+
+
+def test_kind_serialize_saves_configs_then_names_then_functions_as_the_kind_saves():
+    kinds = {saves: _kind(saves, default=None) for saves in registry._SAVES}
+    registered = mf.saving.register_serializable("pkg")(_named("registered"))
+    unregistered = _named("unregistered")
+    for kind in kinds.values():
+        assert kind.serialize(Thing(2)) == registry.serialize(Thing(2))
+    for value in (None, "thing", abs):  # compile arguments: configs only
+        with pytest.raises(TypeError, match=r"serialize takes an tests.kinds thing \(tests.kinds."
+                           r"Thing or your subclass with get_config\); other objects have no "
+                           r"config. Received: thing="):
+            kinds["configs"].serialize(value)
+    assert kinds["names"].serialize(None) is None and kinds["names"].serialize("x") == "x"
+    with pytest.raises(ValueError, match=r"Only tests.kinds.Thing objects \(or your subclasses "
+                       r"with get_config\) or names can be saved in a config, not this custom "
+                       r"thing. Received: thing=<built-in function abs>"):
+        kinds["names"].serialize(abs)
+    assert kinds["functions"].serialize(abs) == "absolute"  # its name here
+    assert kinds["functions"].serialize(registered) == "pkg>registered"
+    with pytest.raises(ValueError, match=r"names or functions registered with "
+                       r"@mf.saving.register_serializable\(\) can be saved.*Received: thing="):
+        kinds["functions"].serialize(unregistered)
+    with pytest.raises(ValueError, match=r"Received: thing=None"):
+        _kind("functions").serialize(None)  # None only where get takes it
+    assert kinds["named functions"].serialize(unregistered) == "unregistered"
+    for unsaved in (lambda x: x, _named("absolute")):  # no name, or a built-in's name
+        with pytest.raises(ValueError, match="or other named functions"):
+            kinds["named functions"].serialize(unsaved)
+
+
+def test_kind_deserialize_reads_what_the_kind_saves():
+    kinds = {saves: _kind(saves, default=None) for saves in registry._SAVES}
+    mf.saving.register_serializable("pkg")(_named("registered"))
+    with pytest.raises(ValueError, match=r"A thing config must be .*Received: thing='thing'"):
+        kinds["configs"].deserialize("thing")
+    assert type(kinds["names"].deserialize("thing")) is Thing  # what get gives
+    assert kinds["names"].deserialize(None) is None
+    assert kinds["functions"].deserialize("THING") == "THING"  # a built-in name stays a name
+    assert kinds["functions"].deserialize("pkg>registered").__name__ == "registered"
+    for kind in kinds.values():
+        assert kind.deserialize({"class_name": "Thing", "config": {"size": 3}}).size == 3
+
+
+def test_kind_deserialize_lends_custom_objects_to_nested_configs():
+    class Outer(Thing):  # its config holds another object's config
+        def __init__(self, size=1, inner=None):
+            super().__init__(size)
+            self.inner = registry.deserialize(inner) if isinstance(inner, dict) else inner
+
+    saved = {"class_name": "Outer", "config": {"inner": registry.serialize(NoFromConfig(7))}}
+    rebuilt = _kind("configs").deserialize(saved, {"Outer": Outer, "NoFromConfig": NoFromConfig})
+    assert type(rebuilt) is Outer and rebuilt.inner.a == 7
 
 
 # -- serialize / deserialize ---------------------------------------------------------------

@@ -206,7 +206,7 @@ class BackupAndRestore(Callback):
                 "the end of training) must not mix with them. Pass a new or empty directory "
                 f"for this run's backups. Received: backup_dir={os.fspath(directory)!r}")
 
-    def _check_fingerprints(self, backup: checkpoint_format.Checkpoint) -> None:
+    def _check_fingerprints(self, backup: checkpoint_format.LoadedVersion) -> None:
         found = fingerprint_check.differences(backup.info.get("fingerprints", {}),
                                               self._fingerprints)
         if not found:
@@ -236,7 +236,7 @@ class BackupAndRestore(Callback):
             self.model.history.epoch = list(epochs)
         self._restored_history = None
 
-    def _latest_valid(self) -> checkpoint_format.Checkpoint | None:
+    def _latest_valid(self) -> checkpoint_format.LoadedVersion | None:
         """The newest backup that loads; damaged ones mirrorfit wrote are deleted.
 
         Raises:

@@ -1,3 +1,3 @@
-"""Level 2: Keras-compatible layers as ``flax.linen`` modules (public names in `mirrorfit.layers`),
-the functional graph and the Keras-style Sequential module, regularizers and initializers,
-layer configs, Keras' weight order and summary rows."""
+"""Level 3: Keras-compatible layers as ``flax.linen`` modules (public names in `mirrorfit.layers`)
+and the Keras-style `Layer` you subclass, the functional graph and the Keras-style Sequential
+module, layer configs, Keras' weight order and summary rows."""

@@ -10,14 +10,14 @@ A `FlaxLayer` is a ``flax.linen`` module with Keras' layer surface:
   params are always created in float32 and cast for the computation;
 * ``__call__(..., training=False)``, Keras' training flag;
 * Keras' masks: ``supports_masking`` and ``compute_mask(inputs, mask)``; a layer that
-  consumes a mask takes ``mask=`` in ``__call__`` (`mirrorfit._src.layers.mask_flow`);
+  consumes a mask takes ``mask=`` in ``__call__`` (`mirrorfit._src.layers.graph.mask_flow`);
 * calling a layer on symbolic tensors (from `Input`) records a node of the functional graph;
 * ``get_config()`` / ``from_config()`` for architectures saved as JSON (a layer class is
   found by its name in `LAYERS`, or among the user's classes: ``register_serializable``,
   ``custom_objects``);
 * weight constraints (``kernel_constraint=``, ...; `constraints.CONSTRAINED_WEIGHTS`) are
   read by the trainer, which applies them after every optimizer update
-  (`mirrorfit._src.layers.model_info.weight_constraints`);
+  (`mirrorfit._src.layers.graph.model_info.weight_constraints`);
 * weight and activity regularizers ``sow`` their penalties into the ``"losses"`` collection
   when it is mutable in ``apply`` (never at ``init``, so it never enters the model state):
   ``y, state = module.apply(variables, x, mutable=["losses"])``, then add
@@ -36,18 +36,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import (
-    activations,
-    constraints,
-    dtype_policy,
-    flax_bridge,
-    functional,
-    initializers,
-    regularizers,
-    sequential,
-)
+from mirrorfit._src.activations import activations
+from mirrorfit._src.constraints import constraints
+from mirrorfit._src.initializers import initializers
+from mirrorfit._src.layers import dtype_policy, flax_bridge
 from mirrorfit._src.layers.dtype_policy import COMPUTE_DTYPES
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
+from mirrorfit._src.layers.graph import functional, sequential
 from mirrorfit._src.layers.layer import Layer
+from mirrorfit._src.regularizers import regularizers
 from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.checks import MirrorfitWarning
 
@@ -57,8 +54,6 @@ if TYPE_CHECKING:
     from flax.linen.module import module_field as layer_field
 else:
     from dataclasses import field as layer_field
-
-LOSSES = "losses"  # collection of sown regularization penalties (scalars)
 
 CONSTRAINT_NOT_APPLIED = (
     "{layer}'s constraint on {weight!r} is not applied: the trainer applies the built-in "
@@ -80,16 +75,24 @@ def _to_json(value: Any) -> Any:
     return value
 
 
+_KINDS = {"activation": activations.ACTIVATIONS, "constraint": constraints.CONSTRAINTS,
+          "initializer": initializers.INITIALIZERS, "regularizer": regularizers.REGULARIZERS}
+"""The registry of the arguments whose names end so (``kernel_initializer``, ...)."""
+
+
+def _kind(field: str) -> registry.Registry | None:
+    return next((kind for suffix, kind in _KINDS.items() if field.endswith(suffix)), None)
+
+
 def _from_json(field: str, value: Any) -> Any:
-    """A constructor argument from its `Layer.get_config` value."""
-    if field.endswith("regularizer") and isinstance(value, dict):
-        return regularizers.get(value)
-    if field.endswith("constraint") and isinstance(value, dict):
-        return constraints.deserialize(value)
-    if field.endswith("activation") and isinstance(value, str):
-        return activations.deserialize(value)
-    if field.endswith("initializer") and isinstance(value, (str, dict)):
-        return initializers.deserialize(value)
+    """A constructor argument from its `Layer.get_config` value: a config becomes its object,
+    and a name of a kind saved by function names (activations, initializers) what the kind's
+    ``deserialize`` gives (Keras' names stay names); other names stay names, which the kind's
+    ``get`` resolves when the layer runs."""
+    kind = _kind(field)
+    if kind is not None and (isinstance(value, dict) or (
+            isinstance(value, str) and kind.saves_functions)):
+        return kind.deserialize(value)
     return value
 
 
@@ -235,7 +238,7 @@ class FlaxLayer(nn.Module):
                 dtype_policy.keep_uncast((*self.path, name))
         penalty = regularizers.get(regularizer)
         if penalty is not None and not self.is_initializing():
-            self.sow(LOSSES, f"{name}_regularizer", penalty(value))
+            self.sow(SOWN_LOSSES, f"{name}_regularizer", penalty(value))
         return value.astype(self.compute_dtype) if self.autocast else value
 
     def cast_read(self, values: jax.Array) -> jax.Array:
@@ -248,7 +251,7 @@ class FlaxLayer(nn.Module):
     def _check_constraint_applies(self, name: str) -> None:
         """Warns when ``name`` has a constraint that no trainer would apply: the layer is
         neither a node of a layers model nor called on its own Variables (a Flax module's
-        child; `mirrorfit._src.layers.model_info.weight_constraints`)."""
+        child; `mirrorfit._src.layers.graph.model_info.weight_constraints`)."""
         parent = self.parent
         if (not isinstance(parent, nn.Module) or isinstance(
                 parent, (functional.FunctionalModule, sequential.SequentialModule))):
@@ -265,7 +268,7 @@ class FlaxLayer(nn.Module):
         penalty = regularizers.get(getattr(self, "activity_regularizer", None))
         if penalty is not None and not self.is_initializing():
             loss = penalty(outputs.astype(jnp.float32))
-            self.sow(LOSSES, "activity_regularizer", loss / outputs.shape[0])
+            self.sow(SOWN_LOSSES, "activity_regularizer", loss / outputs.shape[0])
         return outputs
 
     def bias_and_activation(self, y: jax.Array) -> jax.Array:
@@ -296,14 +299,9 @@ class FlaxLayer(nn.Module):
             if field.name == "parent":
                 continue
             value = getattr(self, field.name)
-            if field.name.endswith("activation"):
-                value = activations.serialize(value)
-            elif field.name.endswith("regularizer"):
-                value = regularizers.serialize(value)
-            elif field.name.endswith("constraint"):
-                value = constraints.serialize(value)
-            elif field.name.endswith("initializer"):
-                value = initializers.serialize(value)
+            kind = _kind(field.name)
+            if kind is not None:
+                value = kind.serialize(value)
             elif field.name == "dtype" and value is not None and not isinstance(value, str):
                 value = jnp.dtype(getattr(value, "name", value)).name
             config[field.name] = _to_json(value)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.graph.functional import KerasTensor
 from mirrorfit._src.layers.name_scope import name_scope
 from mirrorfit._src.utils.checks import MirrorfitWarning
 

@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.layers import activations, initializers
+from mirrorfit._src.activations import activations
+from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers.base import FlaxLayer, as_tuple, check_channels_last, register
 
 _DIMENSIONS = ("NHWC", "HWIO", "NHWC")

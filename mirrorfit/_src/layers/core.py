@@ -14,8 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import regularizers
 from mirrorfit._src.layers.base import FlaxLayer, layer_field, register
+from mirrorfit._src.regularizers import regularizers
 from mirrorfit._src.utils import registry
 
 

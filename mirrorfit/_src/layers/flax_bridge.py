@@ -25,15 +25,17 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from mirrorfit._src.constraints.constraints import layer_constraints
 from mirrorfit._src.layers import dtype_policy
-from mirrorfit._src.layers.constraints import layer_constraints
 from mirrorfit._src.layers.name_scope import unique_name, weight_path
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables import call_context, tracking
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.variable import Variable
 
-LOSSES = "losses"
+SOWN_LOSSES = "losses"
+"""The Flax collection of loss terms a forward pass sows (regularization penalties, `add_loss`
+values): added to the training loss, never kept as state."""
 NON_TRAINABLE = "non_trainable"
 _BRIDGE = "_mf_bridge"  # {collection: {flat path: Variable}} on the Flax module
 
@@ -64,7 +66,7 @@ def _create(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> dict[str,
     with jax.ensure_compile_time_eval(), dtype_policy.uncast_weights():
         call_kwargs: dict[str, Any] = {**_concrete_zeros(kwargs), **_mode_kwargs(module, False)}
         variables = dict(module.init(rngs, *_concrete_zeros(args), **call_kwargs))
-    variables.pop(LOSSES, None)
+    variables.pop(SOWN_LOSSES, None)
     bridge: dict[str, Any] = {}
     constrained = {(name,): c for name, c in layer_constraints(module).items()}
     for collection, tree in variables.items():
@@ -109,12 +111,12 @@ def call_unbound(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
         object.__setattr__(module, _BRIDGE, bridge)
     variables = {collection: traverse_util.unflatten_dict(
         {path: v.value for path, v in tree.items()}) for collection, tree in bridge.items()}
-    mutable = [c for c in bridge if c != "params"] + [LOSSES] if training else [LOSSES]
+    mutable = [c for c in bridge if c != "params"] + [SOWN_LOSSES] if training else [SOWN_LOSSES]
     call_kwargs: dict[str, Any] = {**kwargs, **_mode_kwargs(module, training)}
     outputs, mutated = module.apply(variables, *args, rngs={"dropout": call_context.next_rng()},
                                     mutable=mutable, **call_kwargs)
     mutated = dict(mutated)
-    losses = mutated.pop(LOSSES, {})
+    losses = mutated.pop(SOWN_LOSSES, {})
     for collection, tree in mutated.items():
         for path, value in traverse_util.flatten_dict(tree).items():
             bridge[collection][path].assign(value)
@@ -235,7 +237,7 @@ class LayerNode(nn.Module):
                 if id(variable) in non_trainable_keys:
                     self.put_variable(NON_TRAINABLE, non_trainable_keys[id(variable)], value)
         for i, loss in enumerate(losses):
-            self.sow(LOSSES, f"loss_{i}", loss)
+            self.sow(SOWN_LOSSES, f"loss_{i}", loss)
         return outputs
 
 

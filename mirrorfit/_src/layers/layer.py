@@ -23,10 +23,12 @@ from typing import Any
 
 import jax
 
-from mirrorfit._src.layers import auto_config, call_spec, flax_bridge, functional, regularizers
+from mirrorfit._src.layers import auto_config, call_spec, flax_bridge
 from mirrorfit._src.layers import dtype_policy as dtype_policies
-from mirrorfit._src.layers.layer_weights import SUPER_NOT_CALLED, LayerWeights
+from mirrorfit._src.layers.graph import functional
 from mirrorfit._src.layers.name_scope import name_scope, unique_name
+from mirrorfit._src.layers.weights import SUPER_NOT_CALLED, LayerWeights
+from mirrorfit._src.regularizers import regularizers
 from mirrorfit._src.utils.naming import snake_case
 from mirrorfit._src.variables import call_context
 from mirrorfit._src.variables.variable import Variable

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mirrorfit._src.layers import initializers
+from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers.base import FlaxLayer, register
 
 KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), added to the masked moments' divisor

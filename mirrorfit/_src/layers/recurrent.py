@@ -19,8 +19,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import activations, initializers, regularizers
-from mirrorfit._src.layers.base import LOSSES, FlaxLayer, layer_field, register
+from mirrorfit._src.activations import activations
+from mirrorfit._src.initializers import initializers
+from mirrorfit._src.layers.base import FlaxLayer, layer_field, register
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
+from mirrorfit._src.regularizers import regularizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +172,7 @@ class _RNN(FlaxLayer):
                           ("bias", self.bias_regularizer)):
             penalty = regularizers.get(reg)
             if penalty is not None and name in weights and not self.is_initializing():
-                self.sow(LOSSES, f"{name}_regularizer", penalty(weights[name]))
+                self.sow(SOWN_LOSSES, f"{name}_regularizer", penalty(weights[name]))
 
 
 _COMMON_DOC = """

@@ -16,9 +16,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mirrorfit._src.layers import mask_flow
 from mirrorfit._src.layers.base import LAYERS, FlaxLayer, register
-from mirrorfit._src.layers.functional import mode_kwargs
+from mirrorfit._src.layers.graph import mask_flow
+from mirrorfit._src.layers.graph.functional import mode_kwargs
 from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.naming import snake_case
 

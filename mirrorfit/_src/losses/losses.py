@@ -10,6 +10,7 @@ over the global batch.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, cast
 
 from mirrorfit._src.losses import crossentropy_losses as ce
@@ -20,7 +21,25 @@ from mirrorfit._src.losses.crossentropy_losses import (
 from mirrorfit._src.losses.loss import Loss, LossFn, PerExampleLoss
 from mirrorfit._src.utils import registry
 
-LOSSES = registry.Registry("loss", "mirrorfit.losses")
+
+class LossRegistry(registry.Registry):
+    """The loss registry, whose `get` gives what ``compile(loss=...)``'s train step calls."""
+
+    def convert(self, value: Any, name: str | None) -> LossFn:
+        """A `Loss` (or a `Loss` class, or a class found by a name, built with its defaults)
+        wrapped in `PerExampleLoss`; any other callable ``fn(y_true, y_pred) -> [batch]`` as
+        is."""
+        if inspect.isclass(value) and (name is not None or issubclass(value, Loss)):
+            value = self.build(value, name)
+        if isinstance(value, Loss):
+            return PerExampleLoss(value)
+        if callable(value):
+            return cast(LossFn, value)
+        self.refuse(value)
+
+
+LOSSES = LossRegistry("loss", "mirrorfit.losses", base=(Loss,), expected=(
+    "a mf.losses.Loss or a callable fn(y_true, y_pred) -> [batch]"))
 """Keras' loss names (``keras.losses.ALL_OBJECTS_DICT``) -> class; lookups ignore case."""
 
 for _cls in (ce.BinaryCrossentropy, ce.BinaryFocalCrossentropy, ce.CategoricalCrossentropy,
@@ -42,68 +61,21 @@ LOSSES.register(rl.LogCosh, aliases=("logcosh",))
 LOSSES.register(ce.InferredCrossentropy, aliases=("crossentropy", "ce"))
 
 
-def serialize(loss: Loss) -> dict[str, Any]:
-    """``{"module", "class_name", "config", "registered_name"}``, as ``keras.losses.serialize``.
+serialize = LOSSES.serialize
+"""A loss's config, ``{"module", "class_name", "config", "registered_name"}``, as
+``keras.losses.serialize``; anything else raises a TypeError."""
 
-    Raises:
-        TypeError: if ``loss`` is not a `Loss` object.
-    """
-    if not isinstance(loss, Loss):
-        raise TypeError("serialize takes a mf.losses.Loss object (e.g. "
-                        f"mf.losses.Huber(delta=2.0)). Received: loss={loss!r}")
-    return registry.serialize(loss)
+deserialize = LOSSES.deserialize
+"""The `Loss` that `serialize` described, as ``keras.losses.deserialize``; your classes come
+from ``@mf.saving.register_serializable`` or ``custom_objects`` (``{class name: class}``). An
+unknown class, or anything but a config, raises a ValueError."""
 
-
-def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Loss:
-    """The `Loss` that `serialize` described; your classes come from
-    ``@mf.saving.register_serializable`` or ``custom_objects`` (``{class name: class}``).
-
-    Raises:
-        ValueError: for an unknown class or a malformed dict.
-    """
-    return LOSSES.deserialize(config, custom_objects)
-
-
-def get(identifier: Any) -> LossFn:
-    """Returns the per-example loss callable for ``Model.compile(loss=...)``.
-
-    Args:
-        identifier: a Keras loss name or alias (case-insensitive, e.g. ``"mse"``,
-            ``"huber"``, ``"BinaryFocalCrossentropy"``) or the registered name of your
-            loss (``"Custom>MyLoss"``, see ``mf.saving.register_serializable``), a `Loss`
-            object or class (instantiated with its defaults), a `serialize` dict, or any
-            callable ``fn(y_true, y_pred) -> [batch]`` (returned as is).
-
-    Returns:
-        A callable ``loss(y_true, y_pred) -> float32 [batch]``; `Loss` objects come back
-        wrapped in `PerExampleLoss` (with the loss's ``name`` and ``not_probabilities``).
-
-    Raises:
-        ValueError: for an unknown name or config.
-        TypeError: for anything that is neither a string, a dict nor a callable.
-
-    Example:
-        >>> get("mse")
-        PerExampleLoss(MeanSquaredError(name='mean_squared_error', reduction='sum_over_batch_size'))
-    """
-    if isinstance(identifier, str):
-        found = LOSSES.get(identifier)
-        if found is None:
-            raise ValueError(
-                f"Unknown loss name. Expected one of {LOSSES.names()} (any case), a name "
-                "registered with mf.saving.register_serializable, or a callable "
-                f"fn(y_true, y_pred) -> [batch]. Received: loss={identifier!r}")
-        return get(found() if isinstance(found, type) else found)
-    if isinstance(identifier, dict):
-        return get(deserialize(identifier))
-    if isinstance(identifier, type) and issubclass(identifier, Loss):
-        return PerExampleLoss(identifier())
-    if isinstance(identifier, Loss):
-        return PerExampleLoss(identifier)
-    if callable(identifier):
-        return cast(LossFn, identifier)  # taken as fn(y_true, y_pred) -> [batch]
-    raise TypeError(
-        "loss must be a loss name (e.g. 'sparse_categorical_crossentropy'), a mf.losses.Loss "
-        f"or a callable fn(y_true, y_pred) -> [batch]. Received: loss={identifier!r} "
-        f"of type {type(identifier).__name__}")
-
+get = LOSSES.get
+"""The per-example loss callable for ``Model.compile(loss=...)`` (`Registry.get` and
+`LossRegistry.convert`): from a Keras loss name or alias (any case: ``"mse"``, ``"huber"``,
+``"BinaryFocalCrossentropy"``) or the registered name of your loss (``"Custom>MyLoss"``, see
+``mf.saving.register_serializable``), a `Loss` object or class, a `serialize` dict, or any
+callable ``fn(y_true, y_pred) -> [batch]`` (returned as is). `Loss` objects come back wrapped
+in `PerExampleLoss` (``loss(y_true, y_pred) -> float32 [batch]``, with the loss's ``name``
+and ``not_probabilities``). An unknown name or config raises a ValueError, anything else a
+TypeError."""

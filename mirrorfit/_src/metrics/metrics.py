@@ -9,7 +9,8 @@ ignoring case; the metric is logged under the string as written.
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, cast
 
 from mirrorfit._src.metrics import accuracy_metrics as acc
 from mirrorfit._src.metrics import confusion_metrics as cm
@@ -21,7 +22,39 @@ from mirrorfit._src.metrics.metric import Metric, MetricFn
 from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.naming import snake_case
 
-METRICS = registry.Registry("metric", "mirrorfit.metrics")
+_VALUE_METRICS = (red.Mean, red.Sum)
+
+
+class MetricRegistry(registry.Registry):
+    """The metric registry, whose `get` gives a `Metric` for one entry of
+    ``compile(metrics=[...])``."""
+
+    def convert(self, value: Any, name: str | None) -> Metric:
+        """A `Metric` as is; a `Metric` class (or a class found by a name) built with its
+        defaults, named as written when found by a name (``"acc"`` logs as ``acc``); another
+        callable ``fn(y_true, y_pred) -> [batch]`` wrapped in ``MeanMetricWrapper`` and named
+        ``fn.__name__``. ``Mean`` and ``Sum``, which take values rather than
+        ``(y_true, y_pred)``, raise a ValueError."""
+        if isinstance(value, _VALUE_METRICS) or (
+                inspect.isclass(value) and value in _VALUE_METRICS):
+            raise ValueError(
+                "Mean and Sum average or add values, not (y_true, y_pred): use them in custom "
+                "loops (metric.update_state(values)), and in compile a metric of labels and "
+                f"outputs, e.g. 'mae'. Received: metrics={name or value!r}")
+        if isinstance(value, Metric):
+            return value
+        if inspect.isclass(value) and (name is not None or issubclass(value, Metric)):
+            return self.build(value, name, **({"name": name} if name else {}))
+        if callable(value):
+            shown = getattr(value, "__name__", None) or getattr(value, "name", None)
+            return red.MeanMetricWrapper(cast(MetricFn, value),
+                                         name=shown or type(value).__name__)
+        self.refuse(value)
+
+
+METRICS = MetricRegistry("metric", "mirrorfit.metrics", argument="metrics", base=(Metric,),
+                         expected="a mf.metrics.Metric or a callable fn(y_true, y_pred) -> "
+                                  "[batch]")
 """Keras' metric names -> class (Keras 3's ``keras.metrics.ALL_OBJECTS`` that mirrorfit has);
 lookups ignore case."""
 
@@ -50,87 +83,21 @@ METRICS.register(reg.MeanSquaredLogarithmicError, aliases=("msle",))
 # "Accuracy" in any case means this metric, as in Keras' compile.
 METRICS.register(acc.InferredAccuracy, aliases=("accuracy", "acc"))
 
-_VALUE_METRICS = (red.Mean, red.Sum)
 
+serialize = METRICS.serialize
+"""A metric's config, ``{"module", "class_name", "config", "registered_name"}``, as
+``keras.metrics.serialize``; anything else raises a TypeError."""
 
-def serialize(metric: Metric) -> dict[str, Any]:
-    """``{"module", "class_name", "config", "registered_name"}``, as
-    ``keras.metrics.serialize``.
+deserialize = METRICS.deserialize
+"""The metric that `serialize` described, as ``keras.metrics.deserialize``; your classes come
+from ``@mf.saving.register_serializable`` or ``custom_objects`` (``{class name: class}``). An
+unknown class, or anything but a config, raises a ValueError."""
 
-    Raises:
-        TypeError: if ``metric`` is not a `Metric` object.
-    """
-    if not isinstance(metric, Metric):
-        raise TypeError("serialize takes a mf.metrics.Metric object (e.g. "
-                        f"mf.metrics.AUC(curve='PR')). Received: metric={metric!r}")
-    return registry.serialize(metric)
-
-
-def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Metric:
-    """The metric that `serialize` described; your classes come from
-    ``@mf.saving.register_serializable`` or ``custom_objects`` (``{class name: class}``).
-
-    Raises:
-        ValueError: for an unknown class or a malformed dict.
-    """
-    return METRICS.deserialize(config, custom_objects)
-
-
-def get(identifier: str | Metric | MetricFn | dict[str, Any]) -> Metric:
-    """Returns the ``Metric`` for one entry of ``Model.compile(metrics=[...])``.
-
-    Args:
-        identifier: a ``Metric`` (returned as is), a Keras metric name (case-insensitive;
-            the metric is named with the string as written, so ``"acc"`` logs as ``acc``)
-            or the registered name of your metric (``mf.saving.register_serializable``),
-            a `serialize` dict, or a callable ``fn(y_true, y_pred) -> [batch]`` (wrapped in
-            ``MeanMetricWrapper`` and named ``fn.__name__``).
-
-    Returns:
-        A ``Metric``.
-
-    Raises:
-        ValueError: for an unknown name, a name of a metric that needs arguments (e.g.
-            ``MeanIoU``), or ``Mean``/``Sum``, which take values rather than
-            ``(y_true, y_pred)``.
-        TypeError: for anything that is neither a Metric, a string, a dict nor a callable.
-
-    Example:
-        >>> get("acc")
-        InferredAccuracy(name='acc')
-    """
-    if isinstance(identifier, dict):
-        identifier = deserialize(identifier)
-    if isinstance(identifier, _VALUE_METRICS) or identifier in _VALUE_METRICS or (
-            isinstance(identifier, str) and METRICS.get(identifier) in _VALUE_METRICS):
-        raise ValueError(
-            "Mean and Sum average or add values, not (y_true, y_pred): use them in custom "
-            "loops (metric.update_state(values)), and in compile a metric of labels and "
-            f"outputs, e.g. 'mae'. Received: metrics={identifier!r}")
-    if isinstance(identifier, Metric):
-        return identifier
-    if isinstance(identifier, str):
-        cls = METRICS.get(identifier)
-        if cls is not None and not isinstance(cls, type):  # a registered function
-            return get(cls)
-        if cls is None:
-            raise ValueError(
-                f"Unknown metric name. Expected one of {METRICS.names()} (any case), a name "
-                "registered with mf.saving.register_serializable, a mf.metrics.Metric or a "
-                f"callable fn(y_true, y_pred) -> [batch]. Received: metrics={identifier!r}")
-        try:
-            return cls(name=identifier)
-        except TypeError:
-            raise ValueError(
-                f"The metric {cls.__name__} needs arguments: pass an object, e.g. "
-                f"metrics=[mf.metrics.{cls.__name__}(...)]. Received: metrics={identifier!r}"
-            ) from None
-    if isinstance(identifier, type) and issubclass(identifier, Metric):
-        return identifier()
-    if callable(identifier):
-        name = getattr(identifier, "__name__", None) or getattr(identifier, "name", None)
-        return red.MeanMetricWrapper(identifier, name=name or type(identifier).__name__)
-    raise TypeError(
-        "Each metric must be a metric name (e.g. 'accuracy'), a mf.metrics.Metric "
-        "or a callable fn(y_true, y_pred) -> [batch]. "
-        f"Received: metrics={identifier!r} of type {type(identifier).__name__}")
+get = METRICS.get
+"""The `Metric` for one entry of ``Model.compile(metrics=[...])`` (`Registry.get` and
+`MetricRegistry.convert`): from a ``Metric`` (returned as is), a Keras metric name (any case;
+the metric is named with the string as written, so ``"acc"`` logs as ``acc``) or the
+registered name of your metric (``mf.saving.register_serializable``), a `serialize` dict, or
+a callable ``fn(y_true, y_pred) -> [batch]`` (wrapped in ``MeanMetricWrapper`` and named
+``fn.__name__``). An unknown name, a metric that needs arguments (``MeanIoU``), and
+``Mean``/``Sum`` raise a ValueError; anything else a TypeError."""

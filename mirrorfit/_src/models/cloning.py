@@ -18,10 +18,10 @@ from typing import Any, cast
 
 import jax
 
-from mirrorfit._src.layers import config as config_lib
-from mirrorfit._src.layers.functional import FunctionalModule, Input, KerasTensor
-from mirrorfit._src.layers.sequential import SequentialModule
-from mirrorfit._src.layers.symbolic import Operation
+from mirrorfit._src.layers.graph import config as config_lib
+from mirrorfit._src.layers.graph.functional import FunctionalModule, Input, KerasTensor
+from mirrorfit._src.layers.graph.sequential import SequentialModule
+from mirrorfit._src.layers.graph.symbolic import Operation
 from mirrorfit._src.models.model import Model
 from mirrorfit._src.models.sequential import Sequential
 

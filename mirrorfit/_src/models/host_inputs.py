@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers.graph import model_info
 from mirrorfit._src.layers.preprocessing.host_layer import HostLayer, apply_host_layers
 from mirrorfit._src.trainers.data_adapters.array_data_adapter import num_rows
 

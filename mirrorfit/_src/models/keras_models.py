@@ -5,7 +5,7 @@ A *layers model* is a `FunctionalModule` (``mf.Model(inputs=..., outputs=...)``)
 `SequentialModule` (``mf.Sequential`` of ``mirrorfit.layers``). Its input shapes come from its
 `Input` tensors, so it is built at construction; its layers are ``model.layers`` (a layer set
 to ``trainable = False`` before ``compile`` gets no updates:
-`mirrorfit._src.layers.model_info.freeze_non_trainable`); ``model.summary()`` prints Keras'
+`mirrorfit._src.layers.graph.model_info.freeze_non_trainable`); ``model.summary()`` prints Keras'
 table (`summary_text`); and ``model.save`` stores its architecture as JSON (`architecture`) so
 that ``mf.load_model`` rebuilds it.
 """
@@ -19,12 +19,12 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.layers import config as config_lib
-from mirrorfit._src.layers import functional, model_info
-from mirrorfit._src.layers import summary as summary_lib
-from mirrorfit._src.layers.model_info import is_layers_model
-from mirrorfit._src.layers.sequential import SequentialModule
-from mirrorfit._src.layers.symbolic import Operation
+from mirrorfit._src.layers.graph import config as config_lib
+from mirrorfit._src.layers.graph import functional, model_info
+from mirrorfit._src.layers.graph import summary as summary_lib
+from mirrorfit._src.layers.graph.model_info import is_layers_model
+from mirrorfit._src.layers.graph.sequential import SequentialModule
+from mirrorfit._src.layers.graph.symbolic import Operation
 from mirrorfit._src.modules.adapters import KerasSequential
 
 

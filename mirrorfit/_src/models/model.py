@@ -24,7 +24,7 @@ from mirrorfit._src.callbacks.callback import History
 from mirrorfit._src.distribute import fsdp
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.distribute.strategy import get_strategy, warn_if_outside_scope
-from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers.graph import model_info
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.models import model_checks
 from mirrorfit._src.models.host_inputs import HostInputs

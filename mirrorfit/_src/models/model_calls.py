@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.core
 
-from mirrorfit._src.layers import functional
+from mirrorfit._src.layers.graph import functional
 from mirrorfit._src.models.object_model import TRACED_CALL, in_object_context, is_differentiating
 from mirrorfit._src.models.optimizer_handle import OptimizerHandle
 from mirrorfit._src.modules.adapters import ModuleAdapter

@@ -33,7 +33,7 @@ from mirrorfit._src.models import keras_models
 from mirrorfit._src.saving import background, keras_archive, saved_config
 from mirrorfit._src.saving.background import BackgroundWriter
 from mirrorfit._src.saving.checkpoint import read_latest, save
-from mirrorfit._src.saving.checkpoint_format import Checkpoint, select, unflatten_like
+from mirrorfit._src.saving.checkpoint_format import LoadedVersion, select, unflatten_like
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 from mirrorfit._src.trainers.state import require_state
 from mirrorfit._src.utils import registry
@@ -167,7 +167,7 @@ def save_model(model, path: str | os.PathLike, argument: str = "path",
     return save(path, state, info, argument=argument, lock=lock)
 
 
-def restore_into(model, found: Checkpoint, *, weights_only: bool) -> None:
+def restore_into(model, found: LoadedVersion, *, weights_only: bool) -> None:
     """Sets ``model`` 's state from a checkpoint, replicated on the model's strategy.
 
     With ``weights_only``, only params and non-param collections; otherwise also the

@@ -32,7 +32,8 @@ from flax import traverse_util
 from jax._src import core as jax_core
 
 from mirrorfit._src.distribute import fsdp
-from mirrorfit._src.layers import flax_bridge, model_info
+from mirrorfit._src.layers import flax_bridge
+from mirrorfit._src.layers.graph import model_info
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.metrics.metric import Metric
 from mirrorfit._src.models.variable_views import replaced_leaf, state_variables

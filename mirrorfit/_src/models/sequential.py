@@ -18,11 +18,11 @@ from typing import Any
 
 import flax.linen as nn
 
-from mirrorfit._src.layers.functional import KerasTensor
-from mirrorfit._src.layers.input_layer import InputLayer
+from mirrorfit._src.layers.graph.functional import KerasTensor
+from mirrorfit._src.layers.graph.input_layer import InputLayer
+from mirrorfit._src.layers.graph.sequential import sequential_module
 from mirrorfit._src.layers.layer import Layer
 from mirrorfit._src.layers.preprocessing.host_layer import split_host_layers
-from mirrorfit._src.layers.sequential import sequential_module
 from mirrorfit._src.models.keras_models import model_module
 from mirrorfit._src.models.model import Model
 from mirrorfit._src.modules.adapters import sequential

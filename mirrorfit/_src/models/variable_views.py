@@ -19,8 +19,8 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from mirrorfit._src.layers import model_info
-from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.layers.graph import model_info
+from mirrorfit._src.layers.graph.sequential import SequentialModule
 from mirrorfit._src.variables import tracking
 from mirrorfit._src.variables.variable import Variable
 

@@ -26,8 +26,8 @@ import numpy as np
 from mirrorfit._src.distribute import fsdp
 from mirrorfit._src.distribute.mesh import DeviceMesh
 from mirrorfit._src.export.archive import export_model
-from mirrorfit._src.layers import summary as summary_lib
-from mirrorfit._src.layers.model_info import is_layers_model
+from mirrorfit._src.layers.graph import summary as summary_lib
+from mirrorfit._src.layers.graph.model_info import is_layers_model
 from mirrorfit._src.models import keras_models, model_saving, weight_order
 from mirrorfit._src.models.weight_order import WeightPath
 from mirrorfit._src.modules.adapters import ModuleAdapter

@@ -9,7 +9,7 @@ The steps never see a Flax module, only a `ModuleAdapter`:
   ``model_state``;
 * ``apply_with_mask(...) -> (y_pred, new_model_state, losses, mask)``: also the Keras mask of
   the output (bool ``[batch, timesteps]``) that a functional or Sequential model sows
-  (`mirrorfit._src.layers.mask_flow.sow_output_mask`), or ``None``.
+  (`mirrorfit._src.layers.graph.mask_flow.sow_output_mask`), or ``None``.
 
 ``params`` is the trainable ``"params"`` collection; ``model_state`` holds every other
 collection (BatchNorm ``batch_stats``, nnx RNG counters, ...). This module also owns the
@@ -29,10 +29,9 @@ import flax.linen as nn
 import jax
 from flax import nnx
 
-from mirrorfit._src.layers.mask_flow import OUTPUT_MASK
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
+from mirrorfit._src.layers.graph.mask_flow import OUTPUT_MASK
 
-LOSSES = "losses"
-"""The collection whose sown values are added to the training loss (``model.losses``)."""
 _TRAIN_KWARGS = ("train", "training")
 _INFERENCE_KWARGS = ("deterministic", "use_running_average")
 
@@ -122,7 +121,7 @@ class LinenAdapter(ModuleAdapter):
             {"params": params_rng, "dropout": dropout_rng}, *call_inputs(x), **self._kwargs(False)
         )
         variables = dict(variables)
-        variables.pop(LOSSES, None)  # sown per forward pass, not state
+        variables.pop(SOWN_LOSSES, None)  # sown per forward pass, not state
         params = variables.pop("params", {})
         return params, variables
 
@@ -131,11 +130,11 @@ class LinenAdapter(ModuleAdapter):
 
     def apply_with_mask(self, params, model_state, x, *, train, rng):
         variables = {"params": params, **model_state}
-        mutable = [*model_state, LOSSES, OUTPUT_MASK] if train else [LOSSES, OUTPUT_MASK]
+        mutable = [*model_state, SOWN_LOSSES, OUTPUT_MASK] if train else [SOWN_LOSSES, OUTPUT_MASK]
         y, mutated = self.module.apply(variables, *call_inputs(x), rngs={"dropout": rng},
                                        mutable=mutable, **self._kwargs(train))
         mutated = dict(mutated)
-        losses = mutated.pop(LOSSES, {})
+        losses = mutated.pop(SOWN_LOSSES, {})
         mask = mutated.pop(OUTPUT_MASK, {}).get("mask")  # a nested model's own is left out
         return y, ({**model_state, **mutated} if train else model_state), losses, mask
 

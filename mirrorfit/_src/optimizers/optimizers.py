@@ -345,7 +345,33 @@ class Ftrl(Optimizer):
         return cls._create(learning_rate, rule, hyperparams, options)
 
 
-OPTIMIZERS = registry.Registry("optimizer", "mirrorfit.optimizers")
+class OptimizerRegistry(registry.Registry):
+    """The optimizer registry, whose `get` gives the optax transformation
+    ``compile(optimizer=...)`` uses."""
+
+    def convert(self, value: Any, name: str | None) -> optax.GradientTransformation:
+        """An ``optax.GradientTransformation`` as is (``mf.optimizers`` objects are), an
+        ``optax.MultiSteps`` as its ``gradient_transformation()``, what a name finds called
+        with no arguments (a class: its defaults); anything else raises a TypeError (a class
+        given as is: call it)."""
+        if isinstance(value, optax.GradientTransformation):
+            return value
+        if isinstance(value, optax.MultiSteps):
+            return value.gradient_transformation()
+        if name is not None and callable(value):
+            return self.build(value, name)
+        hint = ""
+        if isinstance(value, type) and issubclass(value, Optimizer):
+            hint = f" Call the class: {value.__name__}()."
+        elif callable(value):
+            hint = " A factory such as optax.adam must be called: optax.adam(1e-3)."
+        self.refuse(value, hint)
+
+
+OPTIMIZERS = OptimizerRegistry(
+    "optimizer", "mirrorfit.optimizers", base=(Optimizer,), expected=(
+        "an optax.GradientTransformation (e.g. mf.optimizers.Adam(1e-3)), an optax.MultiSteps "
+        "or a config dict"))
 """Keras' optimizer classes under Keras' lower-case names (``"adam"``, ``"rmsprop"``, ...),
 looked up in any case; `mirrorfit._src.optimizers.loss_scale` adds ``LossScaleOptimizer``."""
 
@@ -354,92 +380,27 @@ for _cls in (Adam, AdamW, SGD, RMSprop, Adagrad, Adadelta, Adamax, Nadam, Adafac
     OPTIMIZERS.register(_cls, name=_cls.__name__.lower())
 
 
-def serialize(optimizer: Any) -> dict[str, Any]:
-    """``{"module", "class_name", "config", "registered_name"}``, JSON-able, as
-    ``keras.optimizers.serialize``.
+serialize = OPTIMIZERS.serialize
+"""An optimizer's config, ``{"module", "class_name", "config", "registered_name"}``, JSON-able,
+as ``keras.optimizers.serialize``, of an ``mf.optimizers`` optimizer (an `Optimizer` or a
+``LossScaleOptimizer``); anything else (another optax transformation has no config) raises a
+TypeError, as does an optimizer whose learning rate is a schedule (`Optimizer.get_config`)."""
 
-    Raises:
-        TypeError: if ``optimizer`` is not an ``mf.optimizers`` optimizer (an `Optimizer`
-            or a ``LossScaleOptimizer``).
-        TypeError: also if its learning rate is a schedule (see `Optimizer.get_config`).
-    """
-    if not (isinstance(optimizer, Optimizer) or OPTIMIZERS.is_built_in(type(optimizer))):
-        raise TypeError(
-            "serialize takes an mf.optimizers optimizer (e.g. mf.optimizers.Adam()); other optax "
-            f"transformations have no config. Received: optimizer={optimizer!r}")
-    return registry.serialize(optimizer)
+deserialize = OPTIMIZERS.deserialize
+"""The optimizer `serialize` described, as ``keras.optimizers.deserialize``, from
+``{"class_name": "Adam", "config": {...}}`` (with ``"module"`` and ``"registered_name"`` as
+`serialize` writes them; a built-in class name in any case, and ``"config"`` may be omitted
+for Keras' defaults); ``custom_objects`` (``{class name: class}``) gives your optimizer
+classes not registered with ``mf.saving.register_serializable``. An unknown class name,
+invalid config values or anything but a config raise a ValueError."""
 
-
-def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None
-                ) -> Optimizer:
-    """Rebuilds an optimizer from `serialize`'s output, as ``keras.optimizers.deserialize``.
-
-    Args:
-        config: ``{"class_name": "Adam", "config": {...}}`` (with ``"module"`` and
-            ``"registered_name"`` as `serialize` writes them); the class name of a built-in
-            is case-insensitive and ``"config"`` may be omitted (Keras defaults).
-        custom_objects: ``{class name: class}`` for your optimizer classes not registered
-            with ``mf.saving.register_serializable``.
-
-    Raises:
-        ValueError: for an unknown class name or invalid config values.
-    """
-    return OPTIMIZERS.deserialize(config, custom_objects)
-
-
-def get(identifier: Any) -> optax.GradientTransformation:
-    """Returns the optimizer for ``Model.compile(optimizer=...)``, as ``keras.optimizers.get``.
-
-    Args:
-        identifier: one of
-            - an ``optax.GradientTransformation`` (``mf.optimizers`` objects included),
-              returned as is;
-            - an ``optax.MultiSteps``, as its ``gradient_transformation()``;
-            - a Keras optimizer name, case-insensitive: ``"adam"``, ``"adamw"``, ``"sgd"``,
-              ``"rmsprop"``, ``"adagrad"``, ``"adadelta"``, ``"adamax"``, ``"nadam"``,
-              ``"adafactor"``, ``"lion"``, ``"lamb"``, ``"ftrl"`` (Keras 3 defaults), or the
-              registered name of your optimizer class (``mf.saving.register_serializable``);
-            - a config dict from `serialize`.
-
-    Returns:
-        An ``optax.GradientTransformation``. Named optimizers keep their learning rate in
-        ``opt_state.hyperparams["learning_rate"]``.
-
-    Raises:
-        ValueError: for an unknown name or config.
-        TypeError: for any other object.
-
-    Example:
-        >>> opt = get("sgd")
-        >>> float(opt.init(jnp.zeros(2)).hyperparams["learning_rate"])
-        0.009999999776482582
-    """
-    if isinstance(identifier, optax.GradientTransformation):
-        return identifier
-    if isinstance(identifier, optax.MultiSteps):
-        return identifier.gradient_transformation()
-    if isinstance(identifier, str):
-        cls = OPTIMIZERS.get(identifier)
-        if cls is None:
-            raise ValueError(
-                f"Unknown optimizer name. Expected one of {OPTIMIZERS.names()} (any case) or "
-                "an optax.GradientTransformation (e.g. mf.optimizers.Adam(learning_rate=1e-4)). "
-                f"Received: optimizer={identifier!r}")
-        try:
-            return cls()
-        except TypeError:
-            raise ValueError(
-                f"The optimizer {cls.__name__} needs arguments: pass an object, e.g. "
-                f"optimizer=mf.optimizers.{cls.__name__}(...). Received: "
-                f"optimizer={identifier!r}") from None
-    if isinstance(identifier, dict):
-        return deserialize(identifier)
-    hint = ""
-    if isinstance(identifier, type) and issubclass(identifier, Optimizer):
-        hint = f" Call the class: {identifier.__name__}()."
-    elif callable(identifier):
-        hint = " A factory such as optax.adam must be called: optax.adam(1e-3)."
-    raise TypeError(
-        "optimizer must be an optimizer name (e.g. 'adam'), an optax.GradientTransformation "
-        f"(e.g. mf.optimizers.Adam(1e-3)), an optax.MultiSteps or a config dict.{hint} "
-        f"Received: optimizer={identifier!r} of type {type(identifier).__name__}")
+get = OPTIMIZERS.get
+"""The optimizer for ``Model.compile(optimizer=...)``, as ``keras.optimizers.get``
+(`Registry.get` and `OptimizerRegistry.convert`): an ``optax.GradientTransformation``
+(``mf.optimizers`` objects included) as is; an ``optax.MultiSteps`` as its
+``gradient_transformation()``; a Keras optimizer name, in any case (``"adam"``, ``"adamw"``,
+``"sgd"``, ``"rmsprop"``, ``"adagrad"``, ``"adadelta"``, ``"adamax"``, ``"nadam"``,
+``"adafactor"``, ``"lion"``, ``"lamb"``, ``"ftrl"``, with Keras 3's defaults) or the registered
+name of your optimizer class; or a config dict from `serialize`. Named optimizers keep their
+learning rate in ``opt_state.hyperparams["learning_rate"]``. An unknown name or config raises
+a ValueError, anything else a TypeError."""

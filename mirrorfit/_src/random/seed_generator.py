@@ -135,6 +135,6 @@ def set_random_seed(seed: int) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError("Expected `seed` argument to be an integer. "
                          f"Received: seed={seed!r} (of type {type(seed).__name__})")
-    call_context.set_random_seed(seed)
+    call_context.restart_stream(seed)
     python_random.seed(seed)
     np.random.seed(seed)

@@ -33,35 +33,31 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mirrorfit._src.distribute.mesh import from_chief
-from mirrorfit._src.saving import checkpoint_format, restore_errors
+from mirrorfit._src.saving import checkpoint_format, checkpoint_index, restore_errors
 from mirrorfit._src.saving.checkpoint_files import (
     TMP_SUFFIX,
     VERSION_NAME,
+    VERSION_PREFIX,
     CheckpointWriteError,
     check_directory,
     has_version_layout,
     is_partial,
     write_failure,
-    written_by_mirrorfit,
 )
-from mirrorfit._src.saving.checkpoint_format import Checkpoint, CheckpointError, flatten
+from mirrorfit._src.saving.checkpoint_format import CheckpointError, LoadedVersion, flatten
 from mirrorfit._src.saving.directory_lock import DirectoryLock
 
 # -- versions -------------------------------------------------------------------------------
 
 
 def versions(path: str | os.PathLike) -> list[Path]:
-    """Complete versions under checkpoint directory ``path``, newest first ([] if none).
+    """Complete versions ``ckpt-<n>`` under checkpoint directory ``path``, newest first ([] if
+    none).
 
     Only directories laid out as `save` writes them count (`written_by_mirrorfit`); a
     user's own ``ckpt-3`` folder is not a version.
     """
-    root = Path(path)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := VERSION_NAME.fullmatch(p.name)) and written_by_mirrorfit(p)]
-    return [p for _, p in sorted(found, reverse=True)]
+    return checkpoint_index.numbered(path, VERSION_PREFIX)[::-1]
 
 
 def _next_number(root: Path) -> int:
@@ -224,22 +220,7 @@ def write_version(target: str | os.PathLike, tree: Any,
 # -- loading --------------------------------------------------------------------------------
 
 
-def latest(path: str | os.PathLike) -> Path:
-    """The newest complete version under checkpoint directory ``path``.
-
-    Raises:
-        CheckpointError: if ``path`` holds no complete checkpoint.
-    """
-    found = versions(path)
-    if not found:
-        raise CheckpointError(
-            f"No checkpoint found at {os.fspath(path)!r}: expected a directory written by "
-            "model.save_weights/model.save (it holds ckpt-<n> versions). Check the path. "
-            f"Received: path={os.fspath(path)!r}")
-    return found[0]
-
-
-def load(version: str | os.PathLike) -> Checkpoint:
+def load(version: str | os.PathLike) -> LoadedVersion:
     """Reads and verifies one version directory (``<path>/ckpt-<n>``) as NumPy arrays.
 
     Raises:
@@ -272,16 +253,23 @@ def load(version: str | os.PathLike) -> Checkpoint:
             raise CheckpointError(damaged.format(detail=detail)) from err
     arrays = {key: np.asarray(value) for key, value in flatten(nested).items()}
     checkpoint_format.check_arrays(arrays, entries, damaged)
-    return Checkpoint(arrays, meta.get("info", {}), version)
+    return LoadedVersion(arrays, meta.get("info", {}), version)
 
 
-def read_latest(path: str | os.PathLike) -> Checkpoint:
-    """Loads and verifies the newest version under checkpoint directory ``path``.
+def read_latest(path: str | os.PathLike) -> LoadedVersion:
+    """Loads and verifies the newest version under checkpoint directory ``path``
+    (`checkpoint_index.latest`).
 
     Raises:
         CheckpointError: if ``path`` holds no complete checkpoint, or the newest is damaged.
         NewerFormatError: if a newer mirrorfit wrote it.
     """
-    return load(latest(path))
+    found = checkpoint_index.latest(path, VERSION_PREFIX)
+    if found is None:
+        raise CheckpointError(
+            f"No checkpoint found at {os.fspath(path)!r}: expected a directory written by "
+            "model.save_weights/model.save (it holds ckpt-<n> versions). Check the path. "
+            f"Received: path={os.fspath(path)!r}")
+    return load(found)
 
 

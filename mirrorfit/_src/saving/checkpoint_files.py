@@ -15,7 +15,9 @@ import re
 import shutil
 from pathlib import Path
 
-VERSION_NAME = re.compile(r"ckpt-(\d+)")
+VERSION_PREFIX = "ckpt"
+"""A version directory is ``<VERSION_PREFIX>-<n>``."""
+VERSION_NAME = re.compile(rf"{VERSION_PREFIX}-(\d+)")
 """Name of a complete version directory; group 1 is its number."""
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
 """Suffix orbax gives a version while it is written (renamed away once complete)."""

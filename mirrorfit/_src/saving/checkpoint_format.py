@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,7 +47,7 @@ class NewerFormatError(CheckpointError):
     """A checkpoint written by a newer mirrorfit: not damaged, so never deleted."""
 
 
-class Checkpoint(NamedTuple):
+class LoadedVersion(NamedTuple):
     """One loaded, verified checkpoint version."""
 
     arrays: dict[str, np.ndarray]  # path key ("params/Dense_0/kernel") -> array, any shape
@@ -58,16 +58,15 @@ class Checkpoint(NamedTuple):
 # -- pytree paths ---------------------------------------------------------------------------
 
 
-def _segment(key: Any) -> str:
-    for attr in ("key", "name", "idx"):  # DictKey/FlattenedIndexKey, GetAttrKey, SequenceKey
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
+def path_segments(path: Sequence[Any]) -> list[str]:
+    """The names of a ``jax.tree_util`` key path's entries (dict keys, attribute names, sequence
+    indices: ``["opt_state", "0", "mu"]``), the parts of a checkpoint's array keys."""
+    return [jax.tree_util.keystr((entry,), simple=True) for entry in path]
 
 
 def _segments(tree: Any) -> list[tuple[list[str], Any]]:
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return [([_segment(k) for k in path], leaf) for path, leaf in leaves]
+    return [(path_segments(path), leaf) for path, leaf in leaves]
 
 
 def flatten(tree: Any) -> dict[str, Any]:
@@ -181,7 +180,7 @@ def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], *, source: s
             Nothing is built, so a caller that assigns the result loads all or nothing.
     """
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
-    keys = ["/".join(_segment(k) for k in path) for path, _ in leaves]
+    keys = ["/".join(path_segments(path)) for path, _ in leaves]
     arrays = resized_accumulators(arrays, dict(zip(keys, (leaf.shape for _, leaf in leaves))))
     problems = []
     for key, (_, leaf) in zip(keys, leaves):

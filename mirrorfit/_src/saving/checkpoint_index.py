@@ -95,10 +95,23 @@ def numbered(directory: str | os.PathLike, prefix: str | None = None) -> list[Pa
     return [p for *_, p in sorted(found)]
 
 
-def latest(directory: str | os.PathLike) -> Path | None:
-    """The newest complete version in ``directory``, or ``None`` (see the module docstring)."""
+def latest(directory: str | os.PathLike, prefix: str | None = None) -> Path | None:
+    """The newest complete version in ``directory``, or ``None`` (see the module docstring):
+    of ``mf.Checkpoint``'s saves, and of ``model.save_weights``' ``ckpt-<n>`` versions.
+
+    Args:
+        directory: where to look (a missing directory holds none).
+        prefix: the versions' name before ``-<n>``, also of the one the index names;
+            ``None``: any (the index may name a save of any name).
+    """
     newest, _ = read_index(directory)
-    if newest is not None and has_version_layout(newest):
+    if newest is not None and has_version_layout(newest) and (
+            prefix is None or _is_numbered(newest, prefix)):
         return newest
-    found = numbered(directory)
+    found = numbered(directory, prefix)
     return found[-1] if found else None
+
+
+def _is_numbered(path: Path, prefix: str) -> bool:
+    match = _NUMBERED.fullmatch(path.name)
+    return match is not None and match.group(1) == prefix

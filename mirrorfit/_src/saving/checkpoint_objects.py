@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from mirrorfit._src.distribute.values import Mirrored
+from mirrorfit._src.saving.checkpoint_format import path_segments
 from mirrorfit._src.variables.tracking import walk
 from mirrorfit._src.variables.variable import Variable
 
@@ -95,16 +96,9 @@ def check_value(name: str, value: Any) -> None:
                                                value=value))
 
 
-def _segment(key: Any) -> str:
-    for attr in ("key", "name", "idx"):  # DictKey/FlattenedIndexKey, GetAttrKey, SequenceKey
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
 def _leaves(tree: Any) -> tuple[list[tuple[tuple[str, ...], Any]], Any]:
     pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_leaf)
-    return [(tuple(_segment(k) for k in path), leaf) for path, leaf in pairs], treedef
+    return [(tuple(path_segments(path)), leaf) for path, leaf in pairs], treedef
 
 
 def _host(value: Any) -> np.ndarray:

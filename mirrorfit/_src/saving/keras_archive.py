@@ -27,7 +27,7 @@ from typing import Any
 from mirrorfit._src.saving import checkpoint as checkpoint_lib
 from mirrorfit._src.saving import checkpoint_format
 from mirrorfit._src.saving.checkpoint_files import CheckpointWriteError, write_failure
-from mirrorfit._src.saving.checkpoint_format import Checkpoint
+from mirrorfit._src.saving.checkpoint_format import LoadedVersion
 
 SUFFIX = ".keras"
 _MEMBER_ROOT = "model"
@@ -139,7 +139,7 @@ def extracted(path: str | os.PathLike) -> Iterator[Path]:
         yield Path(tmp) / _MEMBER_ROOT
 
 
-def read_latest(path: str | os.PathLike) -> Checkpoint:
+def read_latest(path: str | os.PathLike) -> LoadedVersion:
     """Loads and verifies the model checkpoint inside the ``.keras`` file ``path``.
 
     Returns:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mirrorfit._src.layers.model_info import (
+from mirrorfit._src.layers.graph.model_info import (
     freeze_non_trainable,
     list_output_names,
     weight_constraints,

@@ -49,7 +49,7 @@ class StepConfig(NamedTuple):
     # of a non-finite step and of every later one in the epoch (``fit`` with TerminateOnNaN).
     check_numerics: bool = False
     # params -> params with the Keras-style weights' ``constraint`` s applied after each
-    # update, as Keras does (`mirrorfit._src.layers.model_info.weight_constraints`).
+    # update, as Keras does (`mirrorfit._src.layers.graph.model_info.weight_constraints`).
     constrain: Callable[[Any], Any] | None = None
     # Whether the optimizer state is split over the replicas (the strategy's
     # ``shard_optimizer_state``): the built-in train step reduce-scatters the gradients and

@@ -8,7 +8,11 @@ It holds two kinds of table, as Keras 3's ``object_registration`` and ``serializ
   ``"adam"``), looked up ignoring case;
 * the user's classes and functions, registered once for every kind with
   `register_serializable` under ``"package>Name"``, and the ``custom_objects`` of a call
-  (an argument, or `custom_object_scope` for configs nested in other configs).
+  (an argument, or `custom_object_scope` for configs nested in other configs): their table is
+  `mirrorfit._src.utils.object_registration`'s, whose names this module re-exports.
+
+A kind's ``get``, ``serialize`` and ``deserialize`` (Keras' ``keras.losses.get``, ...) are
+its `Registry`'s methods, written once here: ``mf.losses.get`` is ``LOSSES.get``.
 
 An object is saved as Keras 3 saves it (`serialize`)::
 
@@ -22,145 +26,42 @@ and ``registered_name`` is ``None`` for a built-in, else the user class's regist
 registered classes and ``custom_objects`` are ever instantiated: a saved name never imports
 code.
 
-This module imports nothing from mirrorfit.
+It imports only `mirrorfit._src.utils.object_registration`.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Literal, NoReturn, TypeVar, get_args, overload
+
+from mirrorfit._src.utils.object_registration import CustomObjectScope as CustomObjectScope
+from mirrorfit._src.utils.object_registration import custom_object_scope as custom_object_scope
+from mirrorfit._src.utils.object_registration import get_registered_name as get_registered_name
+from mirrorfit._src.utils.object_registration import (
+    get_registered_object as get_registered_object,
+)
+from mirrorfit._src.utils.object_registration import (
+    register_serializable as register_serializable,
+)
+from mirrorfit._src.utils.object_registration import registered_name
 
 T = TypeVar("T", bound=Callable[..., Any])  # a class or a function
 
-_CUSTOM_OBJECTS: dict[str, Any] = {}
-"""``"package>Name"`` -> the user's class or function (`register_serializable`)."""
-_CUSTOM_NAMES: dict[Any, str] = {}
-"""The user's class or function -> its ``"package>Name"``."""
-_SCOPE: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "mirrorfit_custom_objects", default=MappingProxyType({}))
-"""The ``custom_objects`` of the enclosing `custom_object_scope` blocks."""
 _BY_MODULE: dict[str, Registry] = {}
 """Public module (``"mirrorfit.losses"``) -> the registry of its built-in objects."""
 
+_REFUSED: Any = object()
+"""A `Registry`'s ``default`` when its `get` refuses ``None``."""
 
-def register_serializable(package: str = "Custom", name: str | None = None
-                          ) -> Callable[[T], T]:
-    """Class or function decorator: saved configs find it by ``"package>name"``.
-
-    As ``keras.saving.register_keras_serializable``: a registered class loads from a saved
-    config (a compile configuration, a layer in an architecture, an optimizer) without
-    ``custom_objects``, once the module that defines it has been imported.
-
-    Args:
-        package: the first part of the registered name.
-        name: the second part; defaults to the class's or function's ``__name__``.
-
-    Returns:
-        A decorator that registers its argument and returns it unchanged.
-
-    Raises:
-        ValueError: for a ``package`` that is not a non-empty string without ``">"``, or (from
-            the decorator) a class without ``get_config``.
-
-    Example:
-        >>> @register_serializable("my_package")
-        ... class DoubleMse(mf.losses.Loss):
-        ...     def call(self, y_true, y_pred):
-        ...         return 2.0 * mf.losses.mean_squared_error(y_true, y_pred)
-        >>> get_registered_name(DoubleMse)
-        'my_package>DoubleMse'
-        >>> get_registered_object("my_package>DoubleMse") is DoubleMse
-        True
-    """
-    if not isinstance(package, str) or not package or ">" in package:
-        raise ValueError("package must be a non-empty string without '>' (the registered name "
-                         f"is 'package>name'). Received: package={package!r}")
-
-    def decorator(obj: T) -> T:
-        _register_user_object(obj, f"{package}>{name or obj.__name__}")
-        return obj
-
-    return decorator
+Saves = Literal["configs", "names", "functions", "named functions"]
+"""What a `Registry`'s ``serialize`` saves, each with all before it (see ``saves``)."""
+_SAVES: tuple[Saves, ...] = get_args(Saves)
 
 
-def _register_user_object(obj: Any, registered_name: str) -> None:
-    if inspect.isclass(obj) and not hasattr(obj, "get_config"):
-        raise ValueError(
-            "register_serializable registers classes that save their constructor arguments: "
-            f"define get_config() on {obj.__name__} (and from_config, unless the class "
-            f"takes get_config()'s keys as arguments). Received: {obj!r}")
-    _CUSTOM_OBJECTS[registered_name] = obj
-    _CUSTOM_NAMES[obj] = registered_name
-
-
-def get_registered_name(obj: Any) -> str:
-    """The name `register_serializable` gave ``obj``, else its ``__name__``.
-
-    Example:
-        >>> get_registered_name(mf.losses.Huber)
-        'Huber'
-    """
-    return _CUSTOM_NAMES.get(obj) or obj.__name__
-
-
-def get_registered_object(name: str, custom_objects: Mapping[str, Any] | None = None,
-                          module_objects: Mapping[str, Any] | None = None) -> Any | None:
-    """The user's class or function saved under ``name``, or ``None``.
-
-    Looks in ``custom_objects``, then in the enclosing `custom_object_scope` blocks, then
-    among the `register_serializable` names, then in ``module_objects`` (Keras looks at the
-    scope and the registered names before ``custom_objects``; here an explicit argument wins).
-
-    Args:
-        name: a registered name (``"package>Name"``) or a ``custom_objects`` key.
-        custom_objects: ``{name: class or function}``.
-        module_objects: ``{name: class or function}`` looked at last.
-    """
-    for table in (custom_objects or {}, _SCOPE.get(), _CUSTOM_OBJECTS, module_objects or {}):
-        if name in table:
-            return table[name]
-    return None
-
-
-class CustomObjectScope:
-    """Makes ``custom_objects`` visible to every lookup inside a ``with`` block.
-
-    As ``keras.saving.custom_object_scope``, for configs nested inside configs (a custom
-    regularizer in a layer's config, the inner optimizer of a ``LossScaleOptimizer``) whose
-    ``from_config`` takes no ``custom_objects``. Nested scopes add to the outer ones.
-
-    Args:
-        custom_objects: ``{name: class or function}``.
-
-    Example:
-        >>> def my_relu(x):
-        ...     return jnp.maximum(x, 0.0)
-        >>> config = mf.layers.Dense(2, activation=my_relu).get_config()
-        >>> config["activation"]
-        'my_relu'
-        >>> with custom_object_scope({"my_relu": my_relu}):
-        ...     layer = mf.layers.Dense.from_config(config)
-        >>> layer.activation is my_relu
-        True
-    """
-
-    def __init__(self, custom_objects: Mapping[str, Any] | None) -> None:
-        self.custom_objects = dict(custom_objects or {})
-        self._tokens: list[contextvars.Token] = []
-
-    def __enter__(self) -> Self:
-        self._tokens.append(_SCOPE.set(MappingProxyType({**_SCOPE.get(), **self.custom_objects})))
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        _SCOPE.reset(self._tokens.pop())
-
-
-custom_object_scope = CustomObjectScope
-"""Keras' lower-case name of `CustomObjectScope` (``keras.saving.custom_object_scope``)."""
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article, for messages (``"an optimizer"``)."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
 def _instantiate(cls: Any, config: Mapping[str, Any]) -> Any:
@@ -170,27 +71,61 @@ def _instantiate(cls: Any, config: Mapping[str, Any]) -> Any:
 
 class Registry:
     """The names of one kind of built-in object (losses, metrics, ...), as Keras'
-    ``ALL_OBJECTS_DICT`` of a package.
+    ``ALL_OBJECTS_DICT`` of a package, and the kind's ``get``, ``serialize`` and
+    ``deserialize``: a kind's module has one line for each (``get = LOSSES.get``).
 
     Names are looked up ignoring case; when two names differ only in case, the one registered
     later wins (so ``"accuracy"`` can mean another metric than the class ``Accuracy``), while
-    `deserialize` finds a class by its exact class name first.
+    `deserialize` finds a class by its exact class name first. A kind whose objects are more
+    than what the registry finds (``mf.losses.get`` wraps a `Loss` for the train step)
+    overrides `convert`.
 
     Args:
         noun: what one object is, for messages (``"loss"``, ``"optimizer"``).
         module: the public module of the built-ins (``"mirrorfit.losses"``), written as the
-            ``module`` of their configs; ``None`` for kinds saved by name only (activations,
-            initializers).
+            ``module`` of their configs; ``None`` for a kind saved by name only (activations),
+            whose `get` takes no config dict.
+        argument: the argument that takes the kind, for messages (default ``noun``).
+        base: the classes whose objects `serialize` saves as configs (``(Loss,)``); a class
+            a name finds is built with its defaults when ``base`` is given.
+        default: what `get` gives for ``None``; without it ``None`` is refused.
+        expected: what `get` takes besides names, for messages.
+        error: the exception `get` raises for a value of another kind (`refuse`).
+        saves: what `serialize` writes besides the configs of ``base`` objects, and so what
+            `deserialize` reads:
+
+            * ``"configs"``: nothing else (losses, metrics, optimizers: the arguments of
+              ``compile``); anything else raises a TypeError, and `deserialize` reads
+              configs only.
+            * ``"names"``: names, and ``None`` when there is a ``default``, as they are
+              (constraints, regularizers: layer arguments); anything else raises a
+              ValueError, and `deserialize` gives what `get` gives.
+            * ``"functions"``: also a function by its name here or its
+              `register_serializable` name (initializers); `deserialize` keeps a built-in
+              name as the name, which the layer resolves when it runs.
+            * ``"named functions"``: also any other named function by its ``__name__``,
+              found again through ``custom_objects`` (activations).
 
     Example:
         >>> from mirrorfit._src.losses.losses import LOSSES
-        >>> LOSSES.get("MSE").__name__
+        >>> LOSSES.find("MSE").__name__
         'MeanSquaredError'
+        >>> LOSSES.get("mse")
+        PerExampleLoss(MeanSquaredError(name='mean_squared_error', reduction='sum_over_batch_size'))
     """
 
-    def __init__(self, noun: str, module: str | None = None) -> None:
+    def __init__(self, noun: str, module: str | None = None, *, argument: str | None = None,
+                 base: tuple[type, ...] = (), default: Any = _REFUSED,
+                 expected: str = "a callable", error: type[Exception] = TypeError,
+                 saves: Saves = "configs") -> None:
         self.noun = noun
         self.module = module
+        self.argument = argument or noun
+        self.base = base
+        self.default = default
+        self.expected = expected
+        self.error = error
+        self.saves = saves
         self._names: dict[str, Any] = {}  # name as registered -> object
         self._lower: dict[str, Any] = {}  # lower-case name -> object (the later one wins)
         self._classes: dict[str, type] = {}  # class __name__ -> class
@@ -214,7 +149,8 @@ class Registry:
         ``registry.register(obj, name=...)``; registering an object again adds names.
 
         Args:
-            obj: the class or function.
+            obj: the class or function (or an immutable object a name stands for, which `get`
+                gives as it is).
             name: its name; defaults to ``obj.__name__``.
             aliases: more names for it (Keras' short names, function names).
 
@@ -246,31 +182,94 @@ class Registry:
         """The built-in object called ``name`` (any case), or ``None``."""
         return self._lower.get(name.lower())
 
-    def get(self, name: str, custom_objects: Mapping[str, Any] | None = None) -> Any | None:
+    def find(self, name: str, custom_objects: Mapping[str, Any] | None = None) -> Any | None:
         """What ``name`` means: the user's objects (`get_registered_object`), then the
         built-ins (any case); ``None`` if nothing is called so."""
         found = get_registered_object(name, custom_objects)
         return found if found is not None else self.built_in(name)
 
-    def resolve(self, identifier: Any, unknown: str) -> Any:
-        """Keras' ``<kind>.get``: a callable as is, a config dict `deserialize` d, a name
-        looked up with `get` (a class is built with its defaults).
+    @property
+    def saves_functions(self) -> bool:
+        """Whether `serialize` saves functions by name (``saves`` is ``"functions"`` or
+        ``"named functions"``), and `deserialize` so keeps a built-in name as the name."""
+        return self.saves in _SAVES[2:]
 
-        Args:
-            identifier: the callable, config dict or name.
-            unknown: the error message for anything else, or a name nothing is called.
+    def get(self, identifier: Any) -> Any:
+        """Keras' ``<kind>.get``: the object an argument names, as `convert` makes it.
+
+        A name (any case, or one of yours registered with ``mf.saving.register_serializable``
+        or in ``mf.saving.custom_object_scope``) gives what is registered under it; a config
+        dict is rebuilt (`deserialize`) when the kind has configs; anything else, ``None``
+        included, goes to `convert` as it is.
 
         Raises:
-            ValueError: ``unknown``, for a name nothing is called or another kind of value.
+            ValueError: a name nothing is called, or an unknown class in a config.
+            TypeError: another kind of value (`refuse`; the kind's ``error``, which for
+                constraints, initializers and regularizers is a ValueError).
+
+        Example:
+            >>> mf.constraints.get("max_norm")
+            MaxNorm(max_value=2, axis=0)
+            >>> mf.initializers.get("HeNormal")
+            HeNormal(seed=None)
+            >>> mf.regularizers.get("l2")
+            L2(l2=0.01)
+            >>> mf.metrics.get("acc")
+            InferredAccuracy(name='acc')
+            >>> float(mf.optimizers.get("sgd").init(jnp.zeros(2)).hyperparams["learning_rate"])
+            0.009999999776482582
         """
-        if callable(identifier):
-            return identifier
-        if isinstance(identifier, dict):
-            return self.deserialize(identifier)
-        found = self.get(identifier) if isinstance(identifier, str) else None
-        if found is None:
-            raise ValueError(unknown)
-        return found() if isinstance(found, type) else found
+        name = identifier if isinstance(identifier, str) else None
+        if name is not None:
+            identifier = self.find(name)
+            if identifier is None:
+                raise ValueError(
+                    f"Unknown {self.noun} name {name!r}: {self.argument} must be one of "
+                    f"{self.names()} (any case), {self.expected}, or a name of yours "
+                    "registered with @mf.saving.register_serializable() or passed in "
+                    "custom_objects. "
+                    f"Received: {self.argument}={name!r}")
+        elif isinstance(identifier, dict) and self.module is not None:
+            identifier = self.deserialize(identifier)
+        return self.convert(identifier, name)
+
+    def convert(self, value: Any, name: str | None) -> Any:
+        """The kind's object for what `get` found or was given; kinds override it.
+
+        ``None`` is the ``default``; a class found by a name is built with its defaults
+        (`build`) when the kind has ``base`` classes; an object of a ``base`` class, or a
+        callable, comes back as it is (a class given as it is too); anything else is refused
+        (`refuse`).
+
+        Args:
+            value: the object found or given.
+            name: the name it was found by, or ``None``.
+        """
+        if value is None and self.default is not _REFUSED:
+            return self.default
+        if name is not None and self.base and inspect.isclass(value):
+            return self.build(value, name)
+        if isinstance(value, self.base) or callable(value):
+            return value
+        self.refuse(value)
+
+    def build(self, cls: Callable[..., Any], found_by: str | None, **kwargs: Any) -> Any:
+        """``cls(**kwargs)``; a class (or a registered factory) that needs arguments raises a
+        ValueError saying so, naming ``found_by``, the name it was found by."""
+        try:
+            return cls(**kwargs)
+        except TypeError:
+            shown = (self.module or "").replace("mirrorfit", "mf", 1)
+            raise ValueError(
+                f"The {self.noun} {cls.__name__} needs arguments: pass an object, e.g. "
+                f"{self.argument}={shown}.{cls.__name__}(...). Received: "
+                f"{self.argument}={(found_by or cls.__name__)!r}") from None
+
+    def refuse(self, value: Any, hint: str = "") -> NoReturn:
+        """Raises the kind's ``error`` for a value of another kind (``hint``: what to do
+        instead)."""
+        raise self.error(f"{self.argument} must be {_a(self.noun)} name, {self.expected}.{hint} "
+                         f"Received: {self.argument}={value!r} of type {type(value).__name__}")
 
     def names(self) -> list[str]:
         """Every built-in name and alias, sorted, as registered."""
@@ -284,7 +283,7 @@ class Registry:
         """The name a function is saved under: the first name it was registered under here,
         else its `register_serializable` name; ``None`` for another object."""
         try:
-            return self._primary.get(obj) or _CUSTOM_NAMES.get(obj)
+            return self._primary.get(obj) or registered_name(obj)
         except TypeError:  # unhashable
             return None
 
@@ -292,36 +291,87 @@ class Registry:
         """Whether ``cls`` is a built-in class of this registry."""
         return self._classes.get(cls.__name__) is cls
 
-    def deserialize(self, config: Mapping[str, Any],
-                    custom_objects: Mapping[str, Any] | None = None) -> Any:
-        """The object `serialize` described, as ``keras.saving.deserialize_keras_object``.
+    def serialize(self, obj: Any) -> Any:
+        """Keras' ``<kind>.serialize``: what a config stores for ``obj``.
 
-        The class is looked up by ``registered_name`` (then ``class_name``) among
+        An object of a ``base`` class (or of a built-in class) as `serialize` writes it,
+        ``{"module", "class_name", "config", "registered_name"}``; and, as the kind ``saves``,
+        a name and ``None`` as they are, a function by its name.
+
+        Raises:
+            TypeError: a kind that saves ``"configs"`` only, given another object.
+            ValueError: another kind, given what it cannot save (a lambda, a function it
+                saves by no name).
+        """
+        if isinstance(obj, self.base) or self.is_built_in(type(obj)):
+            return serialize(obj)
+        shown = (self.module or "").replace("mirrorfit", "mf", 1)
+        classes = " or ".join(f"{shown}.{cls.__name__}" for cls in self.base)
+        if self.saves == "configs":
+            raise TypeError(
+                f"serialize takes an {shown} {self.noun} ({classes} or your subclass with "
+                f"get_config); other objects have no config. Received: {self.noun}={obj!r} of "
+                f"type {type(obj).__name__}")
+        if isinstance(obj, str) or (obj is None and self.default is not _REFUSED):
+            return obj
+        name = self.name_of(obj) if self.saves_functions else None
+        own = getattr(obj, "__name__", None)
+        if name is None and self.saves == "named functions" and own not in (None, "<lambda>") \
+                and self.built_in(own) is None:
+            name = own
+        if name is not None:
+            return name
+        ways = [f"{classes} objects (or your subclasses with get_config)" if classes else "",
+                "names", "functions registered with @mf.saving.register_serializable()"
+                if self.saves_functions else "",
+                "other named functions (not lambdas, nor named as a built-in; pass them in "
+                "custom_objects when loading)" if self.saves == "named functions" else ""]
+        ways = [way for way in ways if way]
+        raise ValueError(f"Only {', '.join(ways[:-1])} or {ways[-1]} can be saved in a config, "
+                         f"not this custom {self.noun}. Received: {self.noun}={obj!r}")
+
+    def deserialize(self, config: Any, custom_objects: Mapping[str, Any] | None = None) -> Any:
+        """Keras' ``<kind>.deserialize``: the object `serialize` described, as
+        ``keras.saving.deserialize_keras_object``.
+
+        A config's class is looked up by ``registered_name`` (then ``class_name``) among
         ``custom_objects``, the `custom_object_scope` and the `register_serializable` names,
         then among this registry's built-ins when ``module`` is theirs or absent (configs
         saved before ``module`` was written): by exact class name, then by any name or alias
-        in any case (``{"class_name": "adam"}``).
+        in any case (``{"class_name": "adam"}``). ``custom_objects`` also reach the configs
+        nested in this one (a layer's regularizer). A kind that saves names reads them too
+        (see ``saves``).
 
         Args:
             config: ``{"class_name": ..., "config": {...}}``, with ``"module"`` and
                 ``"registered_name"`` when `serialize` wrote it; ``"config"`` may be
-                omitted (the defaults).
-            custom_objects: ``{name: class}`` for the user's classes.
+                omitted (the defaults); or what else the kind `serialize` s.
+            custom_objects: ``{name: class or function}`` for the user's objects.
 
         Returns:
-            ``cls.from_config(config["config"])``, or ``cls(**config["config"])``.
+            ``cls.from_config(config["config"])``, or ``cls(**config["config"])``; for a
+            name, what `get` gives (or the built-in name itself, see ``saves``).
 
         Raises:
-            ValueError: for a malformed config, or a class found nowhere (saying how to
-                register it or pass it).
+            ValueError: for a malformed config, or a class or name found nowhere (saying how
+                to register it or pass it).
         """
+        with custom_object_scope(custom_objects):
+            if self.saves == "configs" or (isinstance(config, dict) and self.module is not None):
+                return self._from_config(config, custom_objects)
+            if self.saves_functions and isinstance(config, str) and \
+                    self.built_in(config) is not None:
+                return config
+            return self.get(config)
+
+    def _from_config(self, config: Any, custom_objects: Mapping[str, Any] | None) -> Any:
         if not isinstance(config, Mapping) or not isinstance(config.get("class_name"), str):
             raise ValueError(
-                f"A {self.noun} config must be {{'class_name': <a class name>, 'config': "
-                f"{{...}}}}, as serialize writes it. Received: {self.noun}={config!r}")
+                f"{_a(self.noun).capitalize()} config must be {{'class_name': <a class name>, "
+                f"'config': {{...}}}}, as serialize writes it. Received: {self.noun}={config!r}")
         class_name, module = config["class_name"], config.get("module")
-        registered_name = config.get("registered_name") or class_name
-        cls = get_registered_object(registered_name, custom_objects)
+        saved_name = config.get("registered_name") or class_name
+        cls = get_registered_object(saved_name, custom_objects)
         if cls is None:
             cls = get_registered_object(class_name, custom_objects)
         if cls is None and module in (None, self.module):

@@ -4,7 +4,7 @@ Keras passes ``training`` down to every nested layer without the user threading 
 ``call``: the outermost layer call opens a context holding it, and inner calls that do not
 pass ``training`` read it from there. mirrorfit's context also holds where random layers
 (Dropout, noise) draw their keys: the compiled step's per-replica key, folded with a counter
-so every draw differs; outside any step, a process-wide stream seeded by `set_random_seed`.
+so every draw differs; outside any step, a process-wide stream (`restart_stream`).
 
 This module imports nothing else from mirrorfit.
 """
@@ -110,17 +110,12 @@ def init_rng() -> jax.Array:
 
 
 def stream_seed() -> int:
-    """The seed of the process-wide stream (`set_random_seed`'s, 0 by default)."""
+    """The seed of the process-wide stream (`restart_stream`'s, 0 by default)."""
     return _EAGER["seed"]
 
 
-def set_random_seed(seed: int) -> None:
-    """Restarts the process-wide stream at ``seed`` (``mf.utils.set_random_seed``).
-
-    Raises:
-        TypeError: ``seed`` is not an int.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int. Received: seed={seed!r}")
+def restart_stream(seed: int) -> None:
+    """Restarts the process-wide stream at the int ``seed`` (``mf.utils.set_random_seed``,
+    which checks it, seeds the rest and is the one public name)."""
     _EAGER["seed"] = seed
     _EAGER["draws"] = itertools.count()

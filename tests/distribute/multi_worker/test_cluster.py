@@ -13,7 +13,7 @@ import jax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit import launch
+from mirrorfit._src.distribute.multi_worker import launch
 from mirrorfit._src.distribute.multi_worker import cluster, rendezvous
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit import launch
+from mirrorfit._src.distribute.multi_worker import launch
 from tests.helpers import REPO_ROOT as ROOT
 
 pytestmark = pytest.mark.slow  # Every job starts several processes.

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mirrorfit._src.layers import functional
+from mirrorfit._src.layers.graph import functional
 from mirrorfit._src.layers.name_scope import unique_name
 from mirrorfit._src.utils import registry
 from mirrorfit._src.utils.naming import snake_case

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from mirrorfit._src.layers.base import FlaxLayer
-from mirrorfit._src.layers.symbolic import Operation, is_symbolic, symbolic_call
+from mirrorfit._src.layers.graph.symbolic import Operation, is_symbolic, symbolic_call
 
 RNG_STREAM = "dropout"  # the trainer seeds it per step and per replica
 FILL_MODES = ("reflect", "wrap", "constant", "nearest")

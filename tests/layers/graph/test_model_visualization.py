@@ -5,9 +5,9 @@ import jax
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.layers.functional import functional_module
-from mirrorfit._src.layers.model_visualization import model_boxes, model_figure
-from mirrorfit._src.layers.sequential import sequential_module
+from mirrorfit._src.layers.graph.functional import functional_module
+from mirrorfit._src.layers.graph.model_visualization import model_boxes, model_figure
+from mirrorfit._src.layers.graph.sequential import sequential_module
 
 L = mf.layers
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

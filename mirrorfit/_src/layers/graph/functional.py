@@ -2,7 +2,7 @@
 
 ``x = Input(shape)`` gives a `KerasTensor` (shape with ``None`` batch, dtype). Calling a
 ``mirrorfit.layers`` layer, a ``mirrorfit.ops`` function or a Python operator on symbolic
-tensors records a `Node` (`mirrorfit._src.layers.symbolic`). `functional_module(inputs,
+tensors records a `Node` (`mirrorfit._src.layers.graph.symbolic`). `functional_module(inputs,
 outputs)` turns the recorded graph into a `FunctionalModule`: each layer's variables sit
 under its ``name`` (Keras' ``"dense"``, ``"dense_1"``, ... when not given), and a layer called
 twice shares them.
@@ -19,14 +19,15 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from mirrorfit._src.layers import flax_bridge, mask_flow
-from mirrorfit._src.layers.symbolic import PROBE_LENGTHS as PROBE_LENGTHS
-from mirrorfit._src.layers.symbolic import KerasTensor as KerasTensor
-from mirrorfit._src.layers.symbolic import Node as Node
-from mirrorfit._src.layers.symbolic import eval_shapes as eval_shapes
-from mirrorfit._src.layers.symbolic import is_symbolic as is_symbolic
-from mirrorfit._src.layers.symbolic import probe_shape as probe_shape
-from mirrorfit._src.layers.symbolic import symbolic_call as symbolic_call
+from mirrorfit._src.layers import flax_bridge
+from mirrorfit._src.layers.graph import mask_flow
+from mirrorfit._src.layers.graph.symbolic import PROBE_LENGTHS as PROBE_LENGTHS
+from mirrorfit._src.layers.graph.symbolic import KerasTensor as KerasTensor
+from mirrorfit._src.layers.graph.symbolic import Node as Node
+from mirrorfit._src.layers.graph.symbolic import eval_shapes as eval_shapes
+from mirrorfit._src.layers.graph.symbolic import is_symbolic as is_symbolic
+from mirrorfit._src.layers.graph.symbolic import probe_shape as probe_shape
+from mirrorfit._src.layers.graph.symbolic import symbolic_call as symbolic_call
 from mirrorfit._src.utils.naming import snake_case
 
 

@@ -1,5 +1,5 @@
 """mirrorfit.ops functions and Python operators on the symbolic tensors of a functional model
-record nodes, as Keras 3's ``Operation.symbolic_call`` (mirrorfit/_src/layers/symbolic.py)."""
+record nodes, as Keras 3's ``Operation.symbolic_call`` (mirrorfit/_src/layers/graph/symbolic.py)."""
 
 import jax.numpy as jnp
 import numpy as np

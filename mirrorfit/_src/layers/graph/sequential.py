@@ -13,8 +13,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from mirrorfit._src.layers import mask_flow
-from mirrorfit._src.layers.functional import (
+from mirrorfit._src.layers.graph import mask_flow
+from mirrorfit._src.layers.graph.functional import (
     Input,
     KerasTensor,
     as_module,
@@ -22,7 +22,7 @@ from mirrorfit._src.layers.functional import (
     eval_shapes,
     mode_kwargs,
 )
-from mirrorfit._src.layers.input_layer import InputLayer
+from mirrorfit._src.layers.graph.input_layer import InputLayer
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

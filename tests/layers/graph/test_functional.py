@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers import model_info
+from mirrorfit._src.layers.graph import model_info
+from mirrorfit._src.layers.graph import sequential
+from mirrorfit._src.layers.graph import functional
 
 RNG = np.random.default_rng(2)
 

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from mirrorfit._src.layers.constraints import layer_constraints
-from mirrorfit._src.layers.functional import FunctionalModule, KerasTensor, probe_shape
-from mirrorfit._src.layers.sequential import SequentialModule
+from mirrorfit._src.constraints.constraints import layer_constraints
+from mirrorfit._src.layers.graph.functional import FunctionalModule, KerasTensor, probe_shape
+from mirrorfit._src.layers.graph.sequential import SequentialModule
 from mirrorfit._src.variables import tracking
 
 
@@ -163,7 +163,7 @@ def weight_constraints(module: Any) -> Callable[[Any], Any] | None:
     other modules or when nothing is constrained.
 
     The constraints are a built-in layer's ``*_constraint`` arguments
-    (`mirrorfit._src.layers.constraints.layer_constraints`) and each Keras-style weight's
+    (`mirrorfit._src.constraints.constraints.layer_constraints`) and each Keras-style weight's
     ``constraint`` (a built-in layer called inside a Keras-style one gets its arguments' on
     its Variables), read from the variables when the step is traced (a subclassed model
     builds on its first batch)."""

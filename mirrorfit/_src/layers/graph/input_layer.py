@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mirrorfit._src.layers.functional import Input, KerasTensor
+from mirrorfit._src.layers.graph.functional import Input, KerasTensor
 
 
 class InputLayer:

@@ -19,7 +19,8 @@ import numpy as np
 import rich.console
 import rich.table
 
-from mirrorfit._src.layers import functional, model_info, sequential
+from mirrorfit._src.layers.flax_bridge import SOWN_LOSSES
+from mirrorfit._src.layers.graph import functional, model_info, sequential
 from mirrorfit._src.utils.naming import snake_case
 
 # Keras' layouts: (line length, column positions) without and with "Connected to".
@@ -116,7 +117,7 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
         TypeError: ``module`` is neither a functional nor a Sequential module.
 
     Example:
-        >>> from mirrorfit._src.layers.sequential import sequential_module
+        >>> from mirrorfit._src.layers.graph.sequential import sequential_module
         >>> module, _ = sequential_module([Input((3,)), Dense(2)])
         >>> variables = module.init(jax.random.key(0), jnp.zeros((1, 3)))
         >>> print(format_summary(summary_rows(module, variables), name="sequential"))
@@ -144,7 +145,7 @@ def summary_rows(module: nn.Module, variables: dict[str, Any],
     for (name, layer), shape in zip(layers, shapes):
         counts = {"trainable": (0, 0), "non_trainable": (0, 0)}
         for collection, tree in variables.items():
-            if collection in ("losses", "intermediates") or name not in tree:
+            if collection in (SOWN_LOSSES, "intermediates") or name not in tree:
                 continue
             marks = (jax.tree.leaves(model_info.frozen_tree({name: tree[name]}, frozen))
                      if collection == "params" else None)

@@ -10,8 +10,9 @@ import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers import config as config_lib
+from mirrorfit._src.layers.graph import config as config_lib
+from mirrorfit._src.layers.graph import sequential
+from mirrorfit._src.layers.graph import functional
 from tests.helpers import mirrored_strategy, tree_equal
 
 RNG = np.random.default_rng(4)

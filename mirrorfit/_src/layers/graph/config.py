@@ -14,9 +14,11 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from mirrorfit._src.layers import activations, base, functional, sequential
+from mirrorfit._src.activations import activations
+from mirrorfit._src.layers import base
 from mirrorfit._src.layers.core import Activation
-from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.layers.graph import functional, sequential
+from mirrorfit._src.layers.graph.functional import KerasTensor
 from mirrorfit._src.utils import registry
 
 FORMAT_VERSION = 1
@@ -25,7 +27,8 @@ _TENSOR, _TUPLE = "__tensor__", "__tuple__"
 
 def serialize_layer(layer: Any, name: str) -> dict[str, Any]:
     """``{"module", "class_name", "config", "registered_name"}`` of one layer
-    (`registry.serialize`), saved under param-tree key ``name``.
+    (`registry.serialize`), saved under param-tree key ``name``; ``LAYERS.deserialize``
+    rebuilds it.
 
     A plain function in a Sequential list is saved as an ``Activation`` when it is one of
     Keras' activations.
@@ -52,17 +55,6 @@ def serialize_layer(layer: Any, name: str) -> dict[str, Any]:
     except NotImplementedError as err:  # a Keras-style layer that cannot auto-config
         raise ValueError(f"Layer {name!r} cannot be saved in a config: {err}") from err
     return {**spec, "config": {**spec["config"], "name": name}}
-
-
-def deserialize_layer(spec: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Any:
-    """The layer described by `serialize_layer`'s output.
-
-    Raises:
-        ValueError: an unknown class name (register the class, or give it in
-            ``custom_objects``).
-    """
-    with registry.custom_object_scope(custom_objects):  # for configs inside the layer's
-        return base.LAYERS.deserialize(spec, custom_objects)
 
 
 def _tensor_spec(t: KerasTensor) -> dict[str, Any]:
@@ -108,7 +100,7 @@ def functional_config(module: nn.Module) -> dict[str, Any]:
 
     Example:
         >>> import json
-        >>> from mirrorfit._src.layers.functional import functional_module
+        >>> from mirrorfit._src.layers.graph.functional import functional_module
         >>> module = functional_module(x := Input((3,)), Dense(2)(x))
         >>> text = json.dumps(functional_config(module))
         >>> rebuilt = module_from_config(json.loads(text))  # same param tree as ``module``
@@ -163,13 +155,13 @@ def module_from_config(config: dict[str, Any], custom_objects: dict[str, Any] | 
     """
     kind, body = config.get("class_name"), config.get("config", {})
     if kind == "Sequential":
-        layers = [deserialize_layer(spec, custom_objects) for spec in body["layers"]]
+        layers = [base.LAYERS.deserialize(spec, custom_objects) for spec in body["layers"]]
         head = [] if body.get("input") is None else [_input(body["input"])]
         return sequential.sequential_module(head + layers, name=body.get("name"))[0]
     if kind != "Functional":
         raise ValueError("config must come from functional_config (class_name 'Functional' or "
                          f"'Sequential'). Received: class_name={kind!r}")
-    layers = {spec["config"]["name"]: deserialize_layer(spec, custom_objects)
+    layers = {spec["config"]["name"]: base.LAYERS.deserialize(spec, custom_objects)
               for spec in body["layers"]}
     tensors = {repr(["input", i]): _input(spec) for i, spec in enumerate(body["input_specs"])}
     for k, node in enumerate(body["nodes"]):

@@ -18,8 +18,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from mirrorfit._src.layers import activations, functional, sequential
-from mirrorfit._src.layers.functional import KerasTensor
+from mirrorfit._src.activations import activations
+from mirrorfit._src.layers.graph import functional, sequential
+from mirrorfit._src.layers.graph.functional import KerasTensor
 
 MISSING_MATPLOTLIB = ("plot_model draws with matplotlib, which is not installed: pip install "
                       "matplotlib. Received: ImportError: {error}")

@@ -5,7 +5,6 @@ defaults), on ``jax.nn``, and by name (``keras.activations.get``) in the registr
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -174,7 +173,8 @@ def exponential(x: jax.Array) -> jax.Array:
     return jnp.exp(x)
 
 
-ACTIVATIONS = registry.Registry("activation")
+ACTIVATIONS = registry.Registry("activation", default=linear, expected="a callable or None",
+                                saves="named functions")
 """Keras 3's activation names and default arguments (keras/src/activations/activations.py)
 -> the functions above; saved by name. The ``jax.nn`` functions equal to one of them at its
 defaults are registered first, so a ``jax.nn.relu`` in a layer list saves as ``"relu"``."""
@@ -197,61 +197,20 @@ for _fn, _aliases in ((linear, ()), (relu, ()), (relu6, ()), (leaky_relu, ()), (
     ACTIVATIONS.register(_fn, aliases=_aliases)
 
 
-def get(identifier: str | Activation | None) -> Activation:
-    """The activation function for a name, a callable, or ``None`` (linear).
+get = ACTIVATIONS.get
+"""The activation function for a name, a callable or ``None``, as ``keras.activations.get``
+(`Registry.get`): ``None`` is `linear`, a callable comes back as is, a name is Keras' (any
+case) or one of your functions registered with ``mf.saving.register_serializable`` or given
+in ``custom_objects`` (within ``mf.saving.custom_object_scope``). A name that names nothing
+raises a ValueError, another kind of value a TypeError."""
 
-    Args:
-        identifier: ``None``, a callable (returned as is) or a name: Keras' (any case), or
-            one of your functions registered with ``mf.saving.register_serializable`` or
-            given in ``custom_objects`` (within ``mf.saving.custom_object_scope``).
+serialize = ACTIVATIONS.serialize
+"""An activation argument's JSON form, as ``keras.activations.serialize``: its name (Keras', its
+``register_serializable`` name, or your named function's ``__name__``, found again through
+``custom_objects``); a lambda raises a ValueError."""
 
-    Raises:
-        ValueError: ``identifier`` is a string that names no activation.
-        TypeError: ``identifier`` is neither a string, a callable nor ``None``.
-    """
-    if identifier is None:
-        return linear
-    if isinstance(identifier, str):
-        found = ACTIVATIONS.get(identifier)
-        if found is None:
-            raise ValueError(
-                f"activation must be one of Keras' names {ACTIVATIONS.names()} or a callable; "
-                "to use a function of yours by name, register it with "
-                "@mf.saving.register_serializable() or, when loading, pass it in "
-                f"custom_objects. Received: activation={identifier!r}")
-        return found
-    if callable(identifier):
-        return identifier
-    raise TypeError("activation must be a Keras activation name, a callable or None. "
-                    f"Received: activation={identifier!r}")
-
-
-def serialize(identifier: str | Callable[..., Any] | None) -> Any:
-    """JSON form of an activation argument: its name (Keras' or its
-    ``register_serializable`` name; other callables by ``__name__``).
-
-    Raises:
-        ValueError: a callable that is not a Keras activation and has no usable name.
-    """
-    if identifier is None or isinstance(identifier, str):
-        return identifier
-    name = ACTIVATIONS.name_of(identifier)
-    if name is not None:
-        return name
-    name = getattr(identifier, "__name__", None)
-    if not name or name == "<lambda>" or ACTIVATIONS.built_in(name) is not None:
-        raise ValueError(
-            "A custom activation callable can only be saved by name: pass a named function, "
-            "and register it with @mf.saving.register_serializable() or give it to "
-            f"custom_objects when loading. Received: activation={identifier!r}")
-    return name
-
-
-def deserialize(name: str) -> str | Activation:
-    """A saved activation name as a layer argument: Keras' names stay names, and other
-    names become the function `get` finds (yours, registered or in ``custom_objects``).
-
-    Raises:
-        ValueError: ``name`` names no activation.
-    """
-    return name if ACTIVATIONS.built_in(name) is not None else get(name)
+deserialize = ACTIVATIONS.deserialize
+"""A saved activation name as a layer argument, as ``keras.activations.deserialize``: Keras'
+names stay names (the layer resolves them when it runs), and other names become the function
+`get` finds (yours, registered or in ``custom_objects``); a name that names nothing raises a
+ValueError."""

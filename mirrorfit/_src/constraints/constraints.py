@@ -148,7 +148,9 @@ class MinMaxNorm(Constraint):
         return w * (desired / (EPSILON + norms))
 
 
-CONSTRAINTS = registry.Registry("constraint", "mirrorfit.constraints")
+CONSTRAINTS = registry.Registry("constraint", "mirrorfit.constraints", base=(Constraint,),
+                                default=None, expected="None, a config dict or a callable w -> w",
+                                error=ValueError, saves="names")
 """Keras' constraint classes, by class name and Keras' snake-case aliases."""
 CONSTRAINTS.register(Constraint)
 CONSTRAINTS.register(MaxNorm, aliases=("max_norm",))
@@ -157,54 +159,21 @@ CONSTRAINTS.register(UnitNorm, aliases=("unit_norm",))
 CONSTRAINTS.register(MinMaxNorm, aliases=("min_max_norm",))
 
 
-def get(identifier: Any) -> Any:
-    """A constraint from ``None``, a Keras name, a `serialize` dict or a callable, as
-    ``keras.constraints.get``.
+get = CONSTRAINTS.get
+"""A constraint from ``None``, a name, a config dict or a callable, as ``keras.constraints.get``
+(`Registry.get`): ``None`` and callables come back as they are; a name (``"max_norm"``,
+``"NonNeg"``, ... any case) gives the class with its defaults; a config dict is rebuilt (your
+classes from ``mf.saving.register_serializable`` or ``custom_objects``). An unknown name,
+and anything else, raise a ValueError."""
 
-    Args:
-        identifier: ``None`` or a callable (returned as is), a name (``"max_norm"``,
-            ``"NonNeg"``, ... any case: the class with its defaults), or a config dict
-            (your classes from ``mf.saving.register_serializable`` or ``custom_objects``).
+serialize = CONSTRAINTS.serialize
+"""A constraint argument's JSON form, as ``keras.constraints.serialize``: a `Constraint`'s
+config ``{"module", "class_name", "config", "registered_name"}``; ``None`` and names as they
+are; anything else (a function has no config) raises a ValueError."""
 
-    Raises:
-        ValueError: for an unknown name or config, or another kind of value.
-
-    Example:
-        >>> mf.constraints.get("max_norm")
-        MaxNorm(max_value=2, axis=0)
-    """
-    if identifier is None:
-        return None
-    return CONSTRAINTS.resolve(identifier, (
-        f"constraint must be None, one of {CONSTRAINTS.names()}, a config dict or a callable "
-        f"w -> w. Received: constraint={identifier!r}"))
-
-
-def serialize(constraint: Any) -> Any:
-    """``{"module", "class_name", "config", "registered_name"}`` for a `Constraint`; names
-    and ``None`` pass through.
-
-    Raises:
-        ValueError: for a callable that is not a `Constraint` (it has no config).
-    """
-    if constraint is None or isinstance(constraint, str):
-        return constraint
-    if isinstance(constraint, Constraint):
-        return registry.serialize(constraint)
-    raise ValueError("Only mf.constraints.Constraint objects (MaxNorm, NonNeg, UnitNorm, "
-                     "MinMaxNorm or your subclass with get_config) or their names can be saved "
-                     f"in a config. Received: constraint={constraint!r}")
-
-
-def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
-    """The constraint `serialize` described (``None`` and names pass to `get`).
-
-    Raises:
-        ValueError: for an unknown name or class.
-    """
-    if isinstance(config, dict):
-        return CONSTRAINTS.deserialize(config, custom_objects)
-    return get(config)
+deserialize = CONSTRAINTS.deserialize
+"""The constraint a saved config stands for, as ``keras.constraints.deserialize``; ``None``,
+names and callables as `get` takes them. An unknown class or name raises a ValueError."""
 
 
 def layer_constraints(layer: Any) -> dict[str, Callable[[jax.Array], jax.Array]]:

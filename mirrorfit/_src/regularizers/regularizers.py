@@ -73,7 +73,7 @@ class L1L2(Regularizer):
     """``l1 * sum(|x|) + l2 * sum(x ** 2)``, as ``keras.regularizers.L1L2``.
 
     The class defaults are ``l1=0.0, l2=0.0`` as in Keras; the name ``"l1_l2"`` gives
-    ``0.01`` for both, as Keras' ``regularizers.get("l1_l2")``.
+    ``0.01`` for both, as tf.keras' ``regularizers.l1_l2()``.
     """
 
     l1: float = 0.0
@@ -83,56 +83,25 @@ class L1L2(Regularizer):
         return self.l1 * _sum_over(x, jnp.abs) + self.l2 * _sum_over(x, jnp.square)
 
 
-def _l1_l2(l1: float = 0.01, l2: float = 0.01) -> L1L2:
-    """tf.keras' ``regularizers.l1_l2``: `L1L2` with both factors 0.01 by default."""
-    return L1L2(l1, l2)
-
-
-REGULARIZERS = registry.Registry("regularizer", "mirrorfit.regularizers")
-"""Keras' regularizer names -> class (``"l1_l2"``: `_l1_l2`); lookups ignore case."""
+REGULARIZERS = registry.Registry("regularizer", "mirrorfit.regularizers", base=(Regularizer,),
+                                 default=None, expected="None, a config dict or a callable",
+                                 error=ValueError, saves="names")
+"""Keras' regularizer classes by name (any case), and ``"l1_l2"``: tf.keras' ``l1_l2()``,
+`L1L2` with both factors 0.01."""
 REGULARIZERS.register(L1)
 REGULARIZERS.register(L2)
 REGULARIZERS.register(L1L2)
-REGULARIZERS.register(_l1_l2, name="l1_l2")
+REGULARIZERS.register(L1L2(0.01, 0.01), name="l1_l2")
 
+get = REGULARIZERS.get
+"""A regularizer from ``None``, a name, a config dict or a callable, as
+``keras.regularizers.get`` (`Registry.get`): ``None`` and callables come back as they are; a
+name (``"l1"``, ``"l2"``, ``"l1_l2"``, any case, or the registered name of your class) gives
+the regularizer with its defaults; a config dict is rebuilt (your classes from
+``mf.saving.register_serializable`` or ``custom_objects``). An unknown name, and anything
+else, raise a ValueError."""
 
-def get(identifier: Any) -> Any:
-    """A regularizer from ``None``, a Keras name, a `serialize` dict or a callable.
-
-    Args:
-        identifier: ``None`` or a callable (returned as is), a name (``"l1"``, ``"l2"``,
-            ``"l1_l2"``, any case, or the registered name of your class), or a config dict
-            (your classes from ``mf.saving.register_serializable`` or ``custom_objects``).
-
-    Raises:
-        ValueError: for an unknown name or config.
-
-    Example:
-        >>> mf.regularizers.get("l2")
-        L2(l2=0.01)
-    """
-    if identifier is None or callable(identifier):
-        return identifier
-    if isinstance(identifier, dict):
-        return REGULARIZERS.deserialize(identifier)
-    found = REGULARIZERS.get(identifier) if isinstance(identifier, str) else None
-    if found is None:
-        raise ValueError(f"regularizer must be None, one of {REGULARIZERS.names()}, a config "
-                         f"dict or a callable. Received: regularizer={identifier!r}")
-    return found()
-
-
-def serialize(regularizer: Any) -> Any:
-    """``{"module", "class_name", "config", "registered_name"}`` for a `Regularizer`; names
-    and None pass through.
-
-    Raises:
-        ValueError: for a callable that is not a `Regularizer` (it has no config).
-    """
-    if regularizer is None or isinstance(regularizer, str):
-        return regularizer
-    if isinstance(regularizer, Regularizer):
-        return registry.serialize(regularizer)
-    raise ValueError("Only mf.regularizers.Regularizer objects (L1, L2, L1L2 or your subclass "
-                     "with get_config) or their names can be saved in a config. Received: "
-                     f"regularizer={regularizer!r}")
+serialize = REGULARIZERS.serialize
+"""A regularizer argument's JSON form, as ``keras.regularizers.serialize``: a `Regularizer`'s
+config ``{"module", "class_name", "config", "registered_name"}``; ``None`` and names as they
+are; anything else (a function has no config) raises a ValueError."""

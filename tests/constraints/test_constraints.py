@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import mirrorfit as mf
-from mirrorfit._src.layers.functional import functional_module
-from mirrorfit._src.layers.model_info import weight_constraints
-from mirrorfit._src.layers.sequential import sequential_module
+from mirrorfit._src.layers.graph.functional import functional_module
+from mirrorfit._src.layers.graph.model_info import weight_constraints
+from mirrorfit._src.layers.graph.sequential import sequential_module
 from tests.helpers import mirrored_strategy
 
 EPS = 1e-7  # keras.backend.epsilon()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -254,7 +254,9 @@ class Orthogonal(_Seeded):
         return jax.nn.initializers.orthogonal(self.gain)(self.key(key), shape, dtype)
 
 
-INITIALIZERS = registry.Registry("initializer", "mirrorfit.initializers")
+INITIALIZERS = registry.Registry("initializer", "mirrorfit.initializers", base=(Initializer,),
+                                 expected="a config dict or a callable (key, shape, dtype)",
+                                 error=ValueError, saves="functions")
 """Keras' initializer classes, then Keras' snake-case names -> ``(key, shape, dtype) ->
 array`` functions (which win a lookup that ignores case: ``"zeros"`` is the function); a
 name is saved as a name, a class instance as its config."""
@@ -288,29 +290,14 @@ for _name, _fn in {
     INITIALIZERS.register(_fn, name=_name)
 
 
-def get(identifier: Any) -> InitFn:
-    """The initializer for a Keras name, a config dict or a ``(key, shape, dtype) -> array``
-    callable, as ``keras.initializers.get``.
-
-    Args:
-        identifier: a callable (an `Initializer` or a ``jax.nn.initializers`` function,
-            returned as is), a config dict (`serialize`'s), or a name: Keras' (any case;
-            a class name gives the class with its defaults), or one of your functions
-            registered with ``mf.saving.register_serializable`` or given in
-            ``custom_objects`` (within ``mf.saving.custom_object_scope``).
-
-    Raises:
-        ValueError: ``identifier`` names no initializer.
-
-    Example:
-        >>> mf.initializers.get("HeNormal")
-        HeNormal(seed=None)
-    """
-    return cast(InitFn, INITIALIZERS.resolve(identifier, (
-        f"initializer must be one of {INITIALIZERS.names()} or a callable (key, shape, dtype); "
-        "to use a function of yours by name, register it with "
-        "@mf.saving.register_serializable() or, when loading, pass it in custom_objects. "
-        f"Received: initializer={identifier!r}")))
+get = INITIALIZERS.get
+"""The initializer for a name, a config dict or a ``(key, shape, dtype) -> array`` callable, as
+``keras.initializers.get`` (`Registry.get`): a callable (an `Initializer` or a
+``jax.nn.initializers`` function) comes back as is, a config dict is rebuilt, a name is Keras'
+(any case; a class name gives the class with its defaults) or one of your functions registered
+with ``mf.saving.register_serializable`` or given in ``custom_objects`` (within
+``mf.saving.custom_object_scope``). A name that names nothing, and anything else (``None``
+included), raise a ValueError."""
 
 
 def variable_initializer(identifier: Any, dtype: Any) -> Callable[[Any, Any], jax.Array]:
@@ -337,34 +324,15 @@ def variable_initializer(identifier: Any, dtype: Any) -> Callable[[Any, Any], ja
     return fn
 
 
-def serialize(identifier: Any) -> Any:
-    """JSON form of an initializer argument: a name (Keras', or the registered name of a
-    function registered with ``mf.saving.register_serializable``), or an `Initializer`'s
-    config ``{"module", "class_name", "config", "registered_name"}``.
+serialize = INITIALIZERS.serialize
+"""An initializer argument's JSON form, as ``keras.initializers.serialize``: a name (Keras', or
+a function's ``register_serializable`` name), or an `Initializer`'s config ``{"module",
+"class_name", "config", "registered_name"}``; anything else (another callable, ``None``)
+raises a ValueError."""
 
-    Raises:
-        ValueError: a callable that is neither Keras' nor registered, which has no JSON form.
-    """
-    if isinstance(identifier, str):
-        return identifier
-    if isinstance(identifier, Initializer):
-        return registry.serialize(identifier)
-    name = INITIALIZERS.name_of(identifier)
-    if name is None:
-        raise ValueError("Only initializers given by Keras name, mf.initializers objects or "
-                         "functions registered with mf.saving.register_serializable can be "
-                         f"saved in a config. Received: initializer={identifier!r}")
-    return name
-
-
-def deserialize(config: str | dict[str, Any]) -> str | InitFn:
-    """A saved initializer as a layer argument: Keras' names stay names, configs become
-    `Initializer` objects, and other names become the function `get` finds (yours,
-    registered or in ``custom_objects``).
-
-    Raises:
-        ValueError: ``config`` names no initializer.
-    """
-    if isinstance(config, str) and INITIALIZERS.built_in(config) is not None:
-        return config
-    return get(config)
+deserialize = INITIALIZERS.deserialize
+"""A saved initializer as a layer argument, as ``keras.initializers.deserialize``: Keras' names
+stay names (the layer resolves them when it builds), configs become `Initializer` objects, and
+other names the function `get` finds (your classes and functions from
+``mf.saving.register_serializable`` or ``custom_objects``); a name that names nothing raises a
+ValueError."""

@@ -1,6 +1,6 @@
 """Keras masks in models: made by Embedding(mask_zero=True) and Masking, honoured by the
 recurrent layers, GlobalAveragePooling1D and MultiHeadAttention, passed on or dropped as
-Keras does (mirrorfit/_src/layers/mask_flow.py). References are NumPy runs of the unpadded
+Keras does (mirrorfit/_src/layers/graph/mask_flow.py). References are NumPy runs of the unpadded
 sequences (tests/layers/test_recurrent.py's Keras formulas)."""
 
 import jax
@@ -8,7 +8,7 @@ import numpy as np
 
 import mirrorfit as mf
 from mirrorfit import layers
-from mirrorfit._src.layers import mask_flow
+from mirrorfit._src.layers.graph import mask_flow
 from tests.helpers import mirrored_strategy
 from tests.layers.test_recurrent import gru_reference, lstm_reference
 

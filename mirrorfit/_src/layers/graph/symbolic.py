@@ -4,7 +4,7 @@
 model, a ``mirrorfit.ops`` function or a Python operator (``x + 1``, ``x[:, 0]``, ``x @ w``)
 on symbolic tensors records a `Node` (`symbolic_call`, as Keras 3's
 ``Operation.symbolic_call``) and returns symbolic outputs, with shapes from
-``jax.eval_shape``; `mirrorfit._src.layers.functional` turns the recorded graph into a model.
+``jax.eval_shape``; `mirrorfit._src.layers.graph.functional` turns the recorded graph into a model.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from mirrorfit._src.layers import mask_flow
+from mirrorfit._src.layers.graph import mask_flow
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 
 _PROBE_BATCH = 2  # batch size used to infer output shapes; reported as None

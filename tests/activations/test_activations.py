@@ -6,7 +6,7 @@ import pytest
 from scipy.special import erf
 
 import mirrorfit as mf
-from mirrorfit._src.layers import activations
+from mirrorfit._src.activations import activations
 
 X = np.array([[-6.0, -1.5, -0.25, 0.0, 0.3, 2.0, 7.0]], np.float32)
 A = mf.activations
@@ -46,3 +46,6 @@ def test_activations_save_by_keras_name():
     assert A.get("hard_swish") is A.hard_silu and A.get(None) is A.linear
     assert mf.layers.Dense(2, activation=A.leaky_relu).get_config()["activation"] == "leaky_relu"
     assert activations.deserialize("gelu") == "gelu"
+    # A layer's config keeps Keras' names as names (the layer resolves them when it runs).
+    assert mf.layers.Dense.from_config(mf.layers.Dense(2, activation="gelu").get_config()
+                                       ).activation == "gelu"

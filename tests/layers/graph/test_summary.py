@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from mirrorfit import layers
-from mirrorfit._src.layers import functional, sequential
-from mirrorfit._src.layers import summary
+from mirrorfit._src.layers.graph import summary
+from mirrorfit._src.layers.graph import sequential
+from mirrorfit._src.layers.graph import functional
 
 
 def shapes_of(module, x):
