@@ -17,8 +17,8 @@ SRC = ROOT / "_src"
 LEVELS = {
     "utils": 1, "variables": 1,
     "activations": 2, "constraints": 2, "distribute": 2, "initializers": 2, "losses": 2,
-    "ops": 2, "optimizers": 2, "regularizers": 2,
-    "layers": 3, "metrics": 3, "random": 3,
+    "ops": 2, "regularizers": 2,
+    "layers": 3, "metrics": 3, "optimizers": 3, "random": 3,
     "export": 4, "modules": 4, "saving": 4,
     "callbacks": 5,
     "trainers": 6,

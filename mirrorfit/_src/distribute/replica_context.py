@@ -8,6 +8,7 @@ returns the default context of a single replica. The loss helpers follow ``tf.nn
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import jax
@@ -17,7 +18,6 @@ from jax import lax
 from mirrorfit._src.distribute import zero
 from mirrorfit._src.distribute.mesh import BATCH_AXIS, DeviceMesh
 from mirrorfit._src.distribute.values import ReduceOp
-from mirrorfit._src.variables import replica as replica_slot
 
 
 class ReplicaContext:
@@ -180,17 +180,30 @@ def _check_arrays(value: Any, name: str) -> None:
                         f"replica. Received: value with leaves of type {bad or 'none'}")
 
 
+_LOCAL = threading.local()
+
+
+def current() -> ReplicaContext | None:
+    """The replica context of the per-replica function being traced, or ``None`` outside one
+    (the optimizers' update reads it: `mirrorfit._src.optimizers.update`)."""
+    return getattr(_LOCAL, "context", None)
+
+
 def get_replica_context() -> ReplicaContext:
     """The current replica context: the one of ``strategy.run``, else a single replica."""
-    return replica_slot.current() or ReplicaContext()
+    return current() or ReplicaContext()
 
 
 @contextlib.contextmanager
 def replica_context(context: ReplicaContext):
-    """Makes ``context`` current while a per-replica function is traced (kept in the level-1
-    slot `mirrorfit._src.variables.replica`, where the optimizers find it)."""
-    with replica_slot.entering(context):
+    """Makes ``context`` current while a per-replica function is traced (the previous one is
+    restored after)."""
+    previous = current()
+    _LOCAL.context = context
+    try:
         yield context
+    finally:
+        _LOCAL.context = previous
 
 
 def compute_average_loss(per_example_loss: jax.Array, sample_weight: jax.Array | None = None,

@@ -12,9 +12,8 @@ replica's block of each split param with its block of the state
 (`mirrorfit._src.optimizers.blocks`: clipping norms add every block) and the new params are
 all-gathered, so they stay mirrored; the new state comes back as this replica's blocks, which
 ``run`` returns as `PerReplica` (one block per replica) and gives back block by block on the
-next call. The replica context is found in the level-1 slot
-`mirrorfit._src.variables.replica`, as the optimizer objects find it: this package cannot
-import ``distribute``.
+next call. The replica context is
+`mirrorfit._src.distribute.replica_context.current`, as the optimizer objects find it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import optax
 
 from mirrorfit._src.optimizers.sliceable import check_sliceable
 from mirrorfit._src.optimizers.update import apply_update, reduce_op_name
-from mirrorfit._src.variables import replica
+from mirrorfit._src.distribute import replica_context
 
 NOT_THE_STATE = (
     "opt_state must be optimizer.init(params) (whole), or the opt_state that "
@@ -79,7 +78,7 @@ def apply_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_sta
         ...     return mf.apply_gradients(opt, grads, opt_state, params)
     """
     reduce_op_name(reduce_op)
-    context = replica.current()
+    context = replica_context.current()
     if context is not None and context.shard_optimizer_state:
         opt_state = _state_blocks(context, optimizer, opt_state, params)
     applied = apply_update(optimizer, grads, opt_state, params, reduce_op=reduce_op)

@@ -11,8 +11,8 @@ and Keras 3's JAX ``stateless_apply``.
 Inside ``strategy.run`` (a replica context with several replicas) ``apply`` first
 all-reduces the gradients, as ``optimizer.apply_gradients`` under
 ``tf.distribute.MirroredStrategy`` does, with the context's ``gradient_reduce_op`` (SUM by
-default, for losses from `mirrorfit.compute_average_loss`). The context comes from the
-level-1 slot `mirrorfit._src.variables.replica`: this package cannot import ``distribute``.
+default, for losses from `mirrorfit.compute_average_loss`), the context
+`mirrorfit._src.distribute.replica_context.current` finds.
 
 Under ``MirroredStrategy(shard_optimizer_state=True)`` (ZeRO-1/2, as ``fit`` does it): a
 ``build`` inside ``strategy.run`` (the first ``apply_gradients`` there builds) places each
@@ -36,7 +36,8 @@ import optax
 from jax.core import Tracer
 
 from mirrorfit._src.optimizers.update import apply_update
-from mirrorfit._src.variables import deferred, replica, stateless_scope
+from mirrorfit._src.distribute import replica_context
+from mirrorfit._src.variables import deferred, stateless_scope
 from mirrorfit._src.variables.lifting import stored_value
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.variable import Variable
@@ -152,7 +153,7 @@ class StatefulOptimizer:
         tx = cast(optax.GradientTransformationExtraArgs, self)
         slots = self._slots()
         reference = stored_value(variables[0]) if variables else None
-        context = replica.current()
+        context = replica_context.current()
         place = (context._place_optimizer_state if _sharded(context)
                  else _place_like(reference))
         with jax.ensure_compile_time_eval():
@@ -223,7 +224,7 @@ class StatefulOptimizer:
             if not slots.built:
                 self.build(variables)
         aligned = _aligned(list(grads), variables, slots.trainable)
-        if _sharded(replica.current()) and not self._updates_blocks:
+        if _sharded(replica_context.current()) and not self._updates_blocks:
             raise ValueError(NOT_ELEMENTWISE.format(name=type(self).__name__))
         inputs = (aligned, [v.value for v in slots.trainable], [v.value for v in slots.state],
                   self.iterations.value)
@@ -256,7 +257,7 @@ class StatefulOptimizer:
         after, so they return as they arrived.
         """
         slots = self._slots()
-        context = replica.current()
+        context = replica_context.current()
         split, arrived_state = None, state
         if _sharded(context):
             split = [np.shape(x) != np.shape(stored_value(v))

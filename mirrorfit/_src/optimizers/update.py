@@ -6,8 +6,8 @@ optimizer object's ``apply``/``apply_gradients`` (compile's ``model.optimizer`` 
 and the functional `mirrorfit.apply_gradients`. So each of them gets every feature, in
 this order:
 
-1. **The reduction across replicas**, decided by the replica context (found in the level-1
-   slot `mirrorfit._src.variables.replica`: this package cannot import ``distribute``): an
+1. **The reduction across replicas**, decided by the replica context
+   (`mirrorfit._src.distribute.replica_context.current`): an
    all-reduce (``SUM`` or ``MEAN``); a reduce-scatter onto this replica's blocks under
    ``MirroredStrategy(shard_optimizer_state=True)`` (ZeRO-1/2; `blocks`), and with
    ``shard_params=True`` (ZeRO-3/FSDP) too, unless the step differentiated this replica's
@@ -41,7 +41,7 @@ import optax
 from jax import lax
 
 from mirrorfit._src.optimizers import accumulation, blocks
-from mirrorfit._src.variables import replica
+from mirrorfit._src.distribute import replica_context
 
 REDUCE_OPS = ("SUM", "MEAN")
 
@@ -142,7 +142,7 @@ def reduce_gradients(optimizer: optax.GradientTransformation, grads: Any, opt_st
     in ``carried`` before deciding whether a step is a filler.
     """
     op = reduce_op_name(reduce_op)
-    context = replica.current()
+    context = replica_context.current()
     how = "all"
     if context is not None and context.shard_optimizer_state:
         how = "blocks"
@@ -185,7 +185,7 @@ def apply_reduced(optimizer: optax.GradientTransformation, reduced: Reduced, opt
     Under sharded params (``context.shard_params``) the update keeps this replica's blocks:
     they are all-gathered after it (outside any branch), each whole leaf recorded with its
     block (``context._gather_params``); a constraint sees the whole leaves."""
-    context = replica.current()
+    context = replica_context.current()
     scaler = _is_scaler(optimizer)
     grads = reduced.grads
     keep = reduced.how == "blocks" and context is not None and context.shard_params
