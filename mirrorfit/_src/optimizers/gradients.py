@@ -24,9 +24,9 @@ import jax
 import numpy as np
 import optax
 
+from mirrorfit._src.distribute import replica_context
 from mirrorfit._src.optimizers.sliceable import check_sliceable
 from mirrorfit._src.optimizers.update import apply_update, reduce_op_name
-from mirrorfit._src.distribute import replica_context
 
 NOT_THE_STATE = (
     "opt_state must be optimizer.init(params) (whole), or the opt_state that "

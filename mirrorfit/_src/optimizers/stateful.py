@@ -27,7 +27,7 @@ saved).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeGuard, cast
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +35,9 @@ import numpy as np
 import optax
 from jax.core import Tracer
 
-from mirrorfit._src.optimizers.update import apply_update
 from mirrorfit._src.distribute import replica_context
+from mirrorfit._src.distribute.replica_context import ReplicaContext
+from mirrorfit._src.optimizers.update import apply_update
 from mirrorfit._src.variables import deferred, stateless_scope
 from mirrorfit._src.variables.lifting import stored_value
 from mirrorfit._src.variables.stateless_scope import StatelessScope
@@ -314,7 +315,7 @@ class StatefulOptimizer:
                 [scope.get_current_value(v) for v in own])
 
 
-def _sharded(context: Any) -> bool:
+def _sharded(context: ReplicaContext | None) -> TypeGuard[ReplicaContext]:
     """Whether ``context`` (the current replica context, or None) updates blocks: inside
     ``run`` of a strategy with ``shard_optimizer_state=True`` and several replicas."""
     return context is not None and context.shard_optimizer_state

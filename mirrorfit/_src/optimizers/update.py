@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from mirrorfit._src.optimizers import accumulation, blocks
 from mirrorfit._src.distribute import replica_context
+from mirrorfit._src.optimizers import accumulation, blocks
 
 REDUCE_OPS = ("SUM", "MEAN")
 
