@@ -3,12 +3,15 @@ DCGAN renamed to ``mf`` (the one gradient line aside) trains under ``fit`` with 
 optimizer objects carried in the step's state (`TrainState.other_variables`), counts their
 iterations, continues them in a second ``fit`` and resumes bit for bit after a crash."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
 
 import mirrorfit as mf
 from mirrorfit import layers, ops
+from mirrorfit._src.trainers.audit import lowered, train_step_program
 from tests.helpers import Interrupt, interrupt_after, tree_equal
 
 keras = mf  # the example's ``keras.`` prefix, renamed
@@ -113,6 +116,19 @@ def test_dcgan_trains_and_both_optimizers_count_the_steps(replicas):
     assert all(not np.array_equal(a, b) for a, b in zip(weights, before))
     gan.fit(IMAGES, epochs=1, batch_size=BATCH, verbose=0)  # a second fit continues them
     assert int(gan.d_optimizer.iterations) == int(gan.g_optimizer.iterations) == 3 * 3
+
+
+def test_the_optimizers_iteration_counts_cost_no_all_reduce():
+    """Every replica advances ``iterations`` alike, so the one update keeps it as it is: no
+    integer all-reduce for its Keras ``aggregation="only_first_replica"`` (issue 40's GAN
+    benchmark)."""
+    gan = _gan(8)
+    gan.fit(IMAGES[:BATCH], epochs=1, batch_size=BATCH, verbose=0)
+    compiled = lowered(train_step_program(gan.trainer)).compile().as_text()
+    reduced = re.findall(r"= (\(?[^=]*?\)?) all-reduce\(", compiled)
+    assert reduced, "the step all-reduces its gradients"
+    assert not [types for types in reduced if "s32" in types], reduced
+    assert int(gan.d_optimizer.iterations) == int(gan.g_optimizer.iterations) == 1
 
 
 def test_dcgan_splits_both_optimizers_state_under_shard_optimizer_state():

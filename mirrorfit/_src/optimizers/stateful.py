@@ -244,7 +244,8 @@ class StatefulOptimizer:
             else:  # this replica's block of a split slot: ``run`` assembles the whole
                 cast(StatelessScope, stateless_scope.get_stateless_scope()).add_update(
                     variable, value)
-        self.iterations.assign(iterations)
+        with stateless_scope.agreed_assignments():  # every replica counts the same steps
+            self.iterations.assign(iterations)
 
     def _step(self, grads: list[Any], values: list[Any], state: list[Any], iterations: Any
               ) -> tuple[list[Any], list[Any], Any]:

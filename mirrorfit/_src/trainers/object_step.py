@@ -36,7 +36,7 @@ from mirrorfit._src.distribute.run import aggregate
 from mirrorfit._src.modules.objects import NON_TRAINABLE
 from mirrorfit._src.optimizers.update import apply_update
 from mirrorfit._src.trainers.state import TrainState
-from mirrorfit._src.variables import call_context, tracking
+from mirrorfit._src.variables import call_context, stateless_scope, tracking
 from mirrorfit._src.variables.stateless_scope import StatelessScope
 from mirrorfit._src.variables.variable import Variable
 
@@ -93,7 +93,8 @@ def _with_leaves(tree: Any, leaves: dict[tuple[str, ...], Any]) -> Any:
 
 class StepScope(StatelessScope):
     """A `StatelessScope` whose assignments are combined across replicas as they happen
-    (`aggregate`), so every replica reads the same value afterwards.
+    (`aggregate`), so every replica reads the same value afterwards; those made within
+    `stateless_scope.agreed_assignments` (an optimizer's ``iterations``) are already.
 
     Only valid inside a per-replica function over the mesh's ``"batch"`` axis.
     """
@@ -109,7 +110,7 @@ class StepScope(StatelessScope):
         return found
 
     def add_update(self, variable: Any, value: Any) -> None:
-        if variable.aggregation != "none":
+        if variable.aggregation != "none" and not stateless_scope.assignments_agreed():
             old = self.get_current_value(variable)
             value = aggregate(variable, variable.value if old is None else old, value)
         super().add_update(variable, value)

@@ -11,8 +11,9 @@ This module imports nothing else from mirrorfit.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Self
 
 _LOCAL = threading.local()
@@ -108,3 +109,22 @@ def get_stateless_scope() -> StatelessScope | None:
     """The innermost active `StatelessScope`, or ``None``."""
     stack = _stack()
     return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def agreed_assignments() -> Iterator[None]:
+    """Within the block, assignments are the same on every replica by construction (the one
+    optimizer update's iteration count: a mirrored count, advanced under an all-reduced
+    flag), so a scope that combines assignments across replicas by their ``aggregation``
+    keeps them as they are, with no collective."""
+    previous = assignments_agreed()
+    _LOCAL.agreed = True
+    try:
+        yield
+    finally:
+        _LOCAL.agreed = previous
+
+
+def assignments_agreed() -> bool:
+    """Whether `agreed_assignments` is active in this thread."""
+    return getattr(_LOCAL, "agreed", False)
