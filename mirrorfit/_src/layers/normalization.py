@@ -20,7 +20,7 @@ from mirrorfit._src.initializers import initializers
 from mirrorfit._src.layers.base import FlaxLayer, register
 
 KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), added to the masked moments' divisor
-REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.distribute.strategy.BATCH_AXIS)
+REPLICA_AXIS = "batch"  # the strategy's mesh axis (mirrorfit._src.distribute.mesh.BATCH_AXIS)
 BATCH_STATS = "batch_stats"
 
 

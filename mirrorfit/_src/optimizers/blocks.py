@@ -2,7 +2,7 @@
 
 With ``MirroredStrategy(shard_optimizer_state=True)`` the train step gives the optimizer
 this replica's block of every split leaf (gradient, param and state alike) and the whole
-of every leaf that is not split (`mirrorfit._src.distribute.mesh.shard_axis`). An
+of every leaf that is not split (`mirrorfit._src.distribute.zero.shard_axis`). An
 element-wise transformation (Adam's moments, ``clipvalue``, weight decay, EMA, gradient
 accumulation) computes on a block exactly what it computes on that part of the whole leaf.
 A norm needs every block: the step traces the update inside `block_update`, and the

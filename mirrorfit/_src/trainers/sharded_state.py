@@ -22,7 +22,7 @@ returns; `whole_params` is the state a step is traced on for its statistics' sha
 With an optimizer made with ``gradient_accumulation_steps=k`` (compile's, in any form of
 train step), each replica accumulates its own gradients and the
 gradients are all-reduced once per applied update rather than on each of the ``k``
-micro-steps (`mirrorfit._src.optimizers.options.local_gradients`). The accumulator is
+micro-steps (`mirrorfit._src.optimizers.accumulation.local_gradients`). The accumulator is
 per-replica state: every ``accumulated_gradients`` leaf of the optimizer state gets a leading
 ``[num_replicas]`` axis placed over the ``"batch"`` axis (``P("batch")``), one slot per
 replica; every other leaf stays mirrored.

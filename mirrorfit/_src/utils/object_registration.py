@@ -1,4 +1,5 @@
-"""The user's classes and functions by name, as Keras 3's ``saving/object_registration.py``.
+"""The user's classes and functions by name, as Keras 3's
+``keras/src/saving/object_registration.py``.
 
 Registered once for every kind with `register_serializable` under ``"package>Name"``, or
 given as the ``custom_objects`` of a call (an argument, or `custom_object_scope` for configs
