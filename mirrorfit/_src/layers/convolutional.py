@@ -197,13 +197,28 @@ class Conv3DTranspose(_ConvTranspose):
     rank: ClassVar[int] = 3
 
 
-def _depthwise(x: jax.Array, kernel: jax.Array, strides, padding, dilation) -> jax.Array:
-    """Depthwise 2-D conv; ``kernel [kh, kw, channels, multiplier]`` gives output channel
-    ``c * multiplier + m``, as Keras."""
-    kh, kw, c, m = kernel.shape
-    return lax.conv_general_dilated(
-        x, kernel.reshape(kh, kw, 1, c * m), strides, padding, rhs_dilation=dilation,
+def _depthwise_conv(layer: DepthwiseConv2D | SeparableConv2D,
+                    inputs: jax.Array) -> tuple[jax.Array, int]:
+    """The depthwise half of DepthwiseConv2D and SeparableConv2D, inside their ``__call__``.
+
+    Checks ``data_format``, makes the layer's ``depthwise_kernel [kh, kw, channels,
+    depth_multiplier]`` and convolves the cast ``inputs [batch, rows, cols, channels]`` with
+    it per channel: output channel ``c * depth_multiplier + m`` comes from input channel ``c``
+    and multiplier ``m``, as Keras. Returns ``([batch, new_rows, new_cols, channels *
+    depth_multiplier], channels)``.
+    """
+    _check_data_format(layer.data_format)
+    kernel_size = as_tuple(layer.kernel_size, 2, "kernel_size")
+    dilation = as_tuple(layer.dilation_rate, 2, "dilation_rate")
+    x = layer.cast(inputs)
+    c, m = x.shape[-1], layer.depth_multiplier
+    kernel = layer.weight("depthwise_kernel", layer.depthwise_initializer,
+                          (*kernel_size, c, m), layer.depthwise_regularizer)
+    y = lax.conv_general_dilated(
+        x, kernel.reshape(*kernel_size, 1, c * m), as_tuple(layer.strides, 2, "strides"),
+        _padding(layer.padding, 2, kernel_size, dilation, False), rhs_dilation=dilation,
         dimension_numbers=_dimension_numbers(2), feature_group_count=c)
+    return y, c
 
 
 @register
@@ -233,16 +248,7 @@ class DepthwiseConv2D(FlaxLayer):
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
-        _check_data_format(self.data_format)
-        kernel_size = as_tuple(self.kernel_size, 2, "kernel_size")
-        dilation = as_tuple(self.dilation_rate, 2, "dilation_rate")
-        x = self.cast(inputs)
-        c = x.shape[-1]
-        kernel = self.weight("depthwise_kernel", self.depthwise_initializer,
-                             (*kernel_size, c, self.depth_multiplier),
-                             self.depthwise_regularizer)
-        y = _depthwise(x, kernel, as_tuple(self.strides, 2, "strides"),
-                       _padding(self.padding, 2, kernel_size, dilation, False), dilation)
+        y, _ = _depthwise_conv(self, inputs)
         return self.bias_and_activation(y)
 
 
@@ -277,18 +283,9 @@ class SeparableConv2D(FlaxLayer):
 
     @nn.compact
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
-        _check_data_format(self.data_format)
-        kernel_size = as_tuple(self.kernel_size, 2, "kernel_size")
-        dilation = as_tuple(self.dilation_rate, 2, "dilation_rate")
-        x = self.cast(inputs)
-        c = x.shape[-1]
-        depthwise = self.weight("depthwise_kernel", self.depthwise_initializer,
-                                (*kernel_size, c, self.depth_multiplier),
-                                self.depthwise_regularizer)
+        y, c = _depthwise_conv(self, inputs)
         pointwise = self.weight("pointwise_kernel", self.pointwise_initializer,
                                 (1, 1, c * self.depth_multiplier, self.filters),
                                 self.pointwise_regularizer)
-        y = _depthwise(x, depthwise, as_tuple(self.strides, 2, "strides"),
-                       _padding(self.padding, 2, kernel_size, dilation, False), dilation)
         y = jnp.einsum("...c,cf->...f", y, pointwise[0, 0])
         return self.bias_and_activation(y)
