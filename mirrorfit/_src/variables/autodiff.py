@@ -65,21 +65,8 @@ def value_and_grad(fn: Callable[..., Any], variables: Iterable[Variable], *,
     """Differentiates ``fn`` with respect to ``variables``: the ``tf.GradientTape`` line.
 
     This is the single line of a tf.keras ``train_step`` or custom loop that does not port
-    by renaming. Before (tf.keras) and after (mirrorfit):
-
-        # tf.keras
-        with tf.GradientTape() as tape:
-            predictions = model(images, training=True)
-            loss = compute_loss(labels, predictions)
-        gradients = tape.gradient(loss, model.trainable_variables)
-
-        # mirrorfit
-        def forward(images, labels):
-            predictions = model(images, training=True)
-            return compute_loss(labels, predictions), predictions
-
-        (loss, predictions), gradients = mf.value_and_grad(
-            forward, model.trainable_variables, has_aux=True)(images, labels)
+    by renaming; its before and after are in ``docs/guides/porting.md`` ("The one line: the
+    gradient").
 
     The returned function takes ``fn`` 's arguments, runs ``fn`` with the variables' values
     mapped in a `StatelessScope` (nested in any enclosing one, so it works inside
