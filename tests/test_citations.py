@@ -20,7 +20,9 @@ The texts scanned: the strings and comments of ``mirrorfit/**/*.py``, ``docs/**/
 - dotted names ``mirrorfit.<...>`` and ``mf.<...>``: the longest importable module prefix
   is imported and the rest must be attributes of it, in turn.
 
-Bare file names (``steps.py``) say nothing about where the file is and are not checked.
+Bare file names (``steps.py``) say nothing about where the file is and are not checked,
+except in the package table of ``docs/architecture.md``, where a row's names are modules of
+the row's package (or its subpackages).
 What matches the patterns but is no citation is in ``NOT_CITATIONS``, each with its reason.
 """
 
@@ -42,6 +44,9 @@ PATH_RE = re.compile(
 # A folder of two or more parts, ending in ``/`` at the end of a word.
 FOLDER_RE = re.compile(r"(?<![\w./@:-])((?:[\w.-]+/){2,})(?=[`\s),;:'\"]|$)")
 DOTTED_RE = re.compile(r"(?<![\w./-])(?:mirrorfit|mf)(?:\.\w+)+")
+# A row of docs/architecture.md's package table: ``| level | `package/` | what it owns |``.
+TABLE_ROW_RE = re.compile(r"\|\s*[\w-]*\s*\|\s*`([\w/]+)/`")
+BARE_RE = re.compile(r"(?<![\w./-])(\w+\.py)\b")
 
 ROOT_FOLDERS = {"mirrorfit", "docs", "tests", "benchmarks", "notebooks", ".ci"}
 PACKAGES = {p.name for p in SRC.iterdir() if p.is_dir() and p.name != "__pycache__"}
@@ -168,3 +173,17 @@ def test_stale_citations_are_reported(tmp_path):
     ]
     assert unresolved_names({ROOT / "README.md": text}) == [
         "README.md: mf.layers.NoSuchLayer", "README.md: mirrorfit._src.trainers.numerics"]
+
+
+def test_architecture_table_modules_are_in_their_package():
+    rows = [(TABLE_ROW_RE.match(line), line)
+            for line in (DOCS / "architecture.md").read_text().splitlines()]
+    rows = [(match.group(1), line) for match, line in rows if match]
+    assert len(rows) >= 10, "the package table of docs/architecture.md was not found"
+    missing = []
+    for package, line in rows:
+        modules = {path.name for path in (SRC / package).rglob("*.py")}
+        missing += [f"{package}/: {name}" for name in BARE_RE.findall(line)
+                    if name not in modules]
+    assert not missing, "docs/architecture.md names modules not in their package:\n" + (
+        "\n".join(missing))
