@@ -263,3 +263,9 @@ def test_wgan_gp_trains_with_a_nested_gradient_and_a_generator_step_every_five()
     assert int(wgan.g_optimizer.iterations) == 2  # after critic updates 5 and 10
     assert all(not np.array_equal(w.numpy(), old)
                for w, old in zip(wgan.generator.weights, generator))
+
+
+def test_audit_step_lowers_a_model_own_train_step_on_images_alone():
+    """``mf.utils.audit_step`` asks for targets as ``fit`` does: none for a model whose own
+    ``train_step`` takes the images alone; the GAN's one-replica program has no trap."""
+    assert mf.utils.audit_step(_gan(1), IMAGES, batch_size=BATCH, platform="cuda") == []
