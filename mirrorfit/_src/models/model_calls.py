@@ -46,7 +46,7 @@ class ModelCalls:
     evaluate: Callable[..., Any]
     _adapter_for: Callable[..., Any]
     _require_compiled: Callable[[str], None]
-    _own_loss: Callable[[str], bool]  # whether the model's hooks need no targets
+    _with_targets: Callable[[Any, str], bool]  # whether an adapter of y must have targets
     # Owned by `HostInputs`: the host layers applied to x (on strings only, in model(x)).
     _on_host_if_strings: Callable[[Any], Any]
     _batch_rows: Callable[[Any], int]
@@ -211,7 +211,7 @@ class ModelCalls:
         self._require_compiled("train_on_batch")
         data = self._adapter_for(x, y, sample_weight, self._batch_rows(x),
                                  class_weight=class_weight,
-                                 with_targets=y is not None or not self._own_loss("train_step"))
+                                 with_targets=self._with_targets(y, "train_step"))
         return _format(self._trainer.train_on_batch(self, data), return_dict)
 
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,

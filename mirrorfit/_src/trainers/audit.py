@@ -101,11 +101,11 @@ def train_step_program(trainer: Any, model: Any = None, x: Any = None, y: Any = 
                                "any train step was compiled")
         return StepProgram(trainer.train_fn, shapes, trainer.strategy.num_replicas_in_sync)
     model._require_compiled("audit_step")
-    data = model._adapter_for(x, y, sample_weight, batch_size,  # targets as fit asks them
-                              with_targets=y is not None or not model._own_loss("train_step"))
+    data = model._adapter_for(x, y, sample_weight, batch_size,
+                              with_targets=model._with_targets(y, "train_step"))
     with contextlib.closing(trainer._placed(data, group=trainer.steps_per_execution)) as placed:
         batch = next(placed)
-    if trainer.config is not None and trainer.config.family.runs_objects:
+    if trainer.runs_objects:
         trainer.symbolic_build(model, batch)  # builds the step's other optimizers, as fit does
     statistics = trainer._fresh_statistics(model.state, batch)
     fn = trainer._compiled_train_step(model.state, statistics, batch)

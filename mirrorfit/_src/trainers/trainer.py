@@ -216,7 +216,7 @@ class Trainer(StepLoops, TrainingLoop):
         self.train_data, self._resume_point = train, None
         upcoming = None  # in-memory arrays: the next epoch's `_epoch_start`, read ahead
         try:
-            if self.config is not None and self.config.family.runs_objects:
+            if self.runs_objects:
                 # Before on_train_begin: a restore there needs the whole state.
                 upcoming = self._epoch_start(train, initial_epoch)
                 if upcoming[1] is not None:
@@ -305,6 +305,12 @@ class Trainer(StepLoops, TrainingLoop):
         done = step if data.steps is None else min(step, data.steps)
         return self._decode(statistics), done, upcoming
 
+    @property
+    def runs_objects(self) -> bool:
+        """Whether the compiled step runs the model's own step on objects (`ObjectStep`),
+        whose other variables `symbolic_build` finds."""
+        return self.config is not None and self.config.family.runs_objects
+
     def symbolic_build(self, model, batch) -> None:
         """Traces one train step on ``batch`` 's shapes (the statistics' layout) and makes the
         model carry every other variable its own ``train_step`` reads or assigns (another
@@ -323,7 +329,7 @@ class Trainer(StepLoops, TrainingLoop):
         group = self.steps_per_execution
         batch = next(place_batches(data.batches(0, group=group), self.strategy,
                                    stacked=group > 1))
-        if self.config is not None and self.config.family.runs_objects:
+        if self.runs_objects:
             self.symbolic_build(model, batch)
         self.check_numerics = False
         statistics = self._fresh_statistics(model.state, batch)

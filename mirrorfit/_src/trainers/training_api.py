@@ -128,6 +128,11 @@ class TrainingAPI:
         ``fit(x)`` for an autoencoder or VAE."""
         return overridden(self, step) or overridden(self, "compute_loss")
 
+    def _with_targets(self, y: Any, step: str) -> bool:
+        """Whether an adapter must have targets: given ``y``, or a loss the model does not
+        compute itself (`_own_loss`)."""
+        return y is not None or not self._own_loss(step)
+
     def _check_targets(self, data: Any, argument: str) -> None:
         """Checks in-memory targets against a multi-output loss before any step runs (the
         steps check every batch's targets too, as they trace, naming ``y``)."""
@@ -222,7 +227,7 @@ class TrainingAPI:
         train = self._adapter_for(x, y, sample_weight, batch_size, shuffle=shuffle,
                                   steps=steps_per_epoch, steps_name="steps_per_epoch",
                                   class_weight=class_weight, check=False,
-                                  with_targets=y is not None or not self._own_loss("train_step"))
+                                  with_targets=self._with_targets(y, "train_step"))
         train, validation = data_adapters.train_and_validation(
             train, validation_split=validation_split,
             validation_data=self._validation_inputs(validation_data),
@@ -292,7 +297,7 @@ class TrainingAPI:
         verbose = verbosity(verbose)
         resident.check_setting(device_resident)
         data = self._adapter_for(x, y, sample_weight, batch_size, steps=steps,
-                                 with_targets=y is not None or not self._own_loss("test_step"))
+                                 with_targets=self._with_targets(y, "test_step"))
         resident.choose(device_resident, [data], self._strategy, automatic=False)
         callback_list = self._trainer.callback_list(self, callbacks, verbose=verbose,
                                                     steps=data.steps)
